@@ -1,0 +1,27 @@
+# moesim_target_defaults(target): warnings, optional -Werror and sanitizers for every project target.
+add_library(moesim_options INTERFACE)
+target_compile_options(moesim_options INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
+  -Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual -Wnull-dereference -Wimplicit-fallthrough>)
+if(MOESIM_WERROR)
+  target_compile_options(moesim_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+endif()
+if(MOESIM_SANITIZE)
+  target_compile_options(moesim_options INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
+    -fno-sanitize-recover=undefined)
+  target_link_options(moesim_options INTERFACE -fsanitize=address,undefined)
+endif()
+target_include_directories(moesim_options INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/generated)
+
+# moesim_library(name dir deps...): a static library of every .cpp in `dir` (an empty one while a
+# folder has no sources yet).
+function(moesim_library name)
+  file(GLOB _sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  if(NOT _sources)
+    set(_empty ${CMAKE_CURRENT_BINARY_DIR}/${name}_empty.cpp)
+    file(WRITE ${_empty} "// no sources yet\n")
+    set(_sources ${_empty})
+  endif()
+  add_library(${name} STATIC ${_sources})
+  target_link_libraries(${name} PUBLIC ${ARGN})
+endfunction()

@@ -1,0 +1,52 @@
+// Subcommand plumbing of the moesim executable. A command is registered under its words ("trace
+// import") by an explicit register_* function; it parses its own options with Boost.Program_options
+// through parse_options (unknown options and bad values become UsageError, `--help` prints the
+// command's usage), runs, and returns an exit code. Errors are thrown as common:: errors; only main()
+// turns them into exit codes.
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+namespace moesim::cli {
+
+namespace po = boost::program_options;
+
+struct Context {
+  std::ostream& out;
+  std::ostream& err;
+  bool out_is_terminal = false;
+};
+
+using Args = std::vector<std::string>;  // the arguments after the command's words
+
+struct Command {
+  std::string words;    // "trace import"
+  std::string summary;  // one line for the parent's --help
+  std::function<int(const Args&, Context&)> run;
+};
+
+// Parses `args` against `options` (plus a built-in --help) and positionals. Returns nullopt after
+// printing help when --help was given. `usage` is the first line of the help ("moesim trace stats
+// [options] TRACE").
+std::optional<po::variables_map> parse_options(const Args& args, const po::options_description& options,
+                                               const po::positional_options_description& positionals,
+                                               const std::string& usage, const std::string& description,
+                                               Context& ctx);
+
+// The registry: every built-in command, in the order --help lists them.
+std::vector<Command> builtin_commands();
+
+// Registration functions, one per command file.
+void register_trace_import_commands(std::vector<Command>& commands);  // import, convert, split
+void register_trace_stats_commands(std::vector<Command>& commands);   // stats, generate
+
+// Runs the command line (argv without the program name); the whole CLI, for main() and tests.
+int run_cli(const Args& argv, Context& ctx);
+
+}  // namespace moesim::cli

@@ -1,0 +1,58 @@
+// Importers: turn routing recorded by other tools into a moesim trace (input formats and rules in
+// traces/FORMAT.md "Importers"). Each streams its input into a TraceWriter obtained from
+// `make_writer` once the metadata is known, calls finish() only after the whole input was read and
+// checked, and throws common::InputError naming the input file and line, record or byte offset on
+// the first bad input, so a failed import leaves no output. Memory: esft holds one sequence (one line
+// of every layer file), jsonl one sequence's records, npy one chunk of tokens.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "traces/trace.hpp"
+
+namespace moesim::traces {
+
+enum class ImportFormat { kEsft, kJsonl, kNpy };
+
+const std::vector<std::string>& import_format_names();  // "esft", "jsonl", "npy"
+// Throws UsageError listing the valid names.
+ImportFormat parse_import_format(std::string_view name);
+std::string_view import_format_name(ImportFormat format);
+
+struct ImportOptions {
+  bool strict = false;                // jsonl: a token missing some layers is an error, not dropped
+  std::uint64_t sequence_length = 0;  // npy: cut the tokens into sequences of this many (0: one sequence)
+  std::string sequence_lengths_path;  // npy: a 1-D integer .npy of sequence lengths summing to the tokens
+};
+
+struct ImportReport {
+  std::uint64_t tokens = 0;     // written
+  std::uint64_t sequences = 0;  // written
+  std::uint64_t dropped_tokens = 0;
+  std::vector<std::pair<std::string, std::uint64_t>> dropped_by_reason;  // why, how many tokens
+  std::vector<std::string> notes;  // facts the user should know (e.g. "top-1 of a top-6 model")
+  TraceMeta meta;                  // of the trace written (counts filled in)
+};
+
+using WriterFactory = std::function<std::unique_ptr<TraceWriter>(const TraceMeta&)>;
+
+// `shape` is the architecture's routing shape (Architecture::trace_shape()).
+ImportReport import_esft(const std::string& dir, const TraceShape& shape, const WriterFactory& make_writer,
+                         const ImportOptions& options = {});
+ImportReport import_jsonl(const std::string& path, const TraceShape& shape, const WriterFactory& make_writer,
+                          const ImportOptions& options = {});
+ImportReport import_npy(const std::string& path, const TraceShape& shape, const WriterFactory& make_writer,
+                        const ImportOptions& options = {});
+ImportReport import_trace(ImportFormat format, const std::string& input, const TraceShape& shape,
+                          const WriterFactory& make_writer, const ImportOptions& options = {});
+
+// A factory writing `path` in `encoding` (create_trace_writer).
+WriterFactory file_writer_factory(const std::string& path, Encoding encoding, bool overwrite);
+
+}  // namespace moesim::traces

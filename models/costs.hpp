@@ -1,0 +1,98 @@
+// Cost models: pure functions from a profile (and architecture) to seconds, bytes and watts. They
+// never schedule events; the simulator asks them for the cost of one operation at a time.
+// Interpolation rule for tables: log-log linear between points, monotone (times never decrease with
+// size); below the smallest measured size the smallest point's time (a launch-bound floor); above the
+// largest, the largest point's throughput (time scales linearly with work).
+#pragma once
+
+#include <compare>
+#include <string>
+#include <vector>
+
+#include "models/architecture.hpp"
+#include "models/profile.hpp"
+
+namespace moesim::models {
+
+// Log-log monotone interpolation over (x, y) with the extrapolation rule above.
+double interpolate_loglog(const std::vector<double>& x, const std::vector<double>& y, double at);
+
+// Time of one GEMM [m x k] x [k x n] in `dtype`; 0 for m <= 0. An (n, k) shape not in the table takes
+// the efficiency curve (FLOP/s over m) of the nearest tabulated shape (by log distance of n*k, then of
+// n/k): its time above the table's launch floor is scaled by (n*k) / (n'*k'), the floor kept.
+// Throws InputError when the profile has no table for `dtype`.
+double gemm_time(const Profile& profile, const std::string& dtype, double m, double n, double k);
+double gemm_flops(double m, double n, double k);  // 2 m n k
+
+// Every (n, k) GEMM shape the functions below ask for, for `arch` at tensor-parallel degree `tp`:
+// routed experts, shared experts (one and all fused), the dense FFN, the attention projections, and
+// the LM head [T x hidden]x[hidden x vocab/tp] for callers that cost it with gemm_time. Sorted, unique:
+// the shapes a profile should tabulate (and moesim-calibrate measure).
+struct GemmShape {
+  long n = 0;
+  long k = 0;
+  auto operator<=>(const GemmShape&) const = default;
+};
+std::vector<GemmShape> gemm_shapes(const Architecture& arch, int tp);
+
+// One MoE layer's routed experts on one GPU: `tokens_per_expert[i]` tokens for each local expert;
+// each expert runs `projections` GEMMs (SwiGLU: gate and up [t x hidden]x[hidden x ffn/tp], down
+// [t x ffn/tp]x[ffn/tp x hidden]) as a grouped GEMM (one launch-bound floor per group, not per expert).
+struct ExpertWork {
+  double time = 0.0;   // s
+  double flops = 0.0;  // FLOP
+};
+ExpertWork grouped_expert_time(const Profile& profile, const Architecture& arch, const std::vector<long>& tokens_per_expert,
+                               int tp);
+
+// Attention of one layer for a batch on one GPU of a TP group (heads split by tp): the projection
+// GEMMs plus the core. Projections over the batch's new tokens T: MHA/GQA a fused QKV
+// [T x hidden]x[hidden x (h + 2 kv) d] and O [T x h d]x[h d x hidden], with h = ceil(heads/tp) and
+// kv = ceil(kv_heads/tp) per GPU; MLA q (or q_a [hidden -> q_lora] and q_b [q_lora -> h (nope+rope)]),
+// kv_a [hidden -> kv_lora + rope], kv_b [kv_lora -> h (nope + v)] and O [h v -> hidden].
+// Core rule: a sequence with n new tokens after c cached positions attends over
+// pairs = n c + n (n + 1) / 2 (causal: quadratic in prefill, linear in the context in decode), at
+// FLOP per pair and head 4 d (MHA/GQA), 2 (nope + rope) + 2 v (MLA, n > 1) or 2 (kv_lora + rope) +
+// 2 kv_lora (MLA decode, weights absorbed); it reads (c + n) cached positions (2 kv d elements each,
+// MLA: kv_lora + rope) and reads/writes its n queries and outputs. Over the whole batch, core time =
+// launch floor + max(FLOP / (peak * attention.flops_efficiency), bytes / hbm_bandwidth), in the
+// model's dtype (fp8 models attend in bf16).
+struct AttentionBatch {
+  std::vector<long> new_tokens;  // per sequence: tokens processed this step
+  std::vector<long> context;     // per sequence: positions already in the KV cache before this step
+};
+ExpertWork attention_time(const Profile& profile, const Architecture& arch, const AttentionBatch& batch, int tp);
+ExpertWork attention_core_time(const Profile& profile, const Architecture& arch, const AttentionBatch& batch, int tp);
+// A dense FFN (dense layers, shared experts) over `tokens` tokens, TP-sharded.
+ExpertWork dense_ffn_time(const Profile& profile, const Architecture& arch, long tokens, long ffn_size, int tp);
+
+// Collective time from the profile's tables (nearest rank count, interpolated in bytes); falls back
+// to a ring model over `link_bandwidth` when the profile has no curve for `op`.
+double collective_time(const Profile& profile, const std::string& op, int ranks, double bytes, double link_bandwidth,
+                       double link_latency);
+// nccl-tests bus-bandwidth factor: all_reduce 2(n-1)/n, all_gather/reduce_scatter/all_to_all (n-1)/n, send_recv 1.
+double busbw_factor(const std::string& op, int ranks);
+
+// Contention slowdowns (>= 1) for a GEMM of `gemm_flops` overlapping `comm_bytes` of `comm_op`.
+struct Slowdown {
+  double compute = 1.0;
+  double comm = 1.0;
+};
+Slowdown contention(const Profile& profile, const std::string& comm_op, double comm_bytes, double gemm_flops);
+
+enum class GpuState { kIdle, kCompute, kComm, kBoth };
+// Power in `state` under a power cap (0 = none): never above the cap. A dtype the profile gives no
+// watts for takes the highest compute (or overlapped) figure it has.
+double state_power(const Profile& profile, GpuState state, const std::string& dtype, double power_cap);
+// Compute speed factor (<= 1) under a power cap (0 = none), from the profile's cap curve: linear
+// between points, 1 at the uncapped end, and below the lowest point speed proportional to the cap.
+double cap_speed_factor(const Profile& profile, double power_cap);
+// Under an SM clock limit (Hz, 0 = none), from the profile's clock curve (1 where it has none): speed
+// is linear between points and proportional to the clock below them; power is linear between points
+// and held at the lowest point's below them (static power does not scale with the clock).
+double clock_speed_factor(const Profile& profile, double sm_clock_limit);
+double clock_power_factor(const Profile& profile, double sm_clock_limit);
+
+double dtype_bytes(const std::string& dtype);  // bf16/fp16 2, fp8 1, fp32/tf32 4
+
+}  // namespace moesim::models

@@ -1,0 +1,146 @@
+// A GPU profile (configs/profiles/*.yaml, format in docs/profile-format.md): what one kind of GPU costs.
+// GEMM time tables, collective tables (nccl-tests' algbw/busbw terms), link figures, the mutual
+// slowdown of compute and communication when they overlap, and power by state with the effect of a
+// power cap. Every table carries its provenance: measured, published (with the reference) or model
+// (with the derivation). A profile may name a `base` profile that supplies the tables it lacks.
+// Units are SI: seconds, bytes, bytes per second, watts, FLOP.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/yaml.hpp"
+
+namespace moesim::models {
+
+enum class SourceKind { kMeasured, kPublished, kModel };
+std::string source_kind_name(SourceKind kind);  // "measured", "published", "model"
+
+struct Provenance {
+  SourceKind kind = SourceKind::kModel;
+  std::string detail;  // the reference (published), the derivation (model) or the tool and date (measured)
+};
+
+// GEMM times for one dtype and one (N, K) shape, over increasing M (tokens). C[M,N] = A[M,K] B[K,N].
+struct GemmCurve {
+  long n = 0;
+  long k = 0;
+  std::vector<double> m;     // strictly increasing, >= 1
+  std::vector<double> time;  // s, same length, non-decreasing
+};
+
+struct GemmTable {
+  std::string dtype;  // "bf16", "fp16", "fp8", "fp32", "tf32"
+  Provenance provenance;
+  double peak_flops = 0.0;  // FLOP/s the table's efficiencies are relative to (datasheet dense peak)
+  // s: the fixed cost of one kernel launch, included once in every tabulated time; a grouped GEMM
+  // pays it once per group. No longer than any time in the table.
+  double launch_floor = 0.0;
+  std::vector<GemmCurve> curves;
+};
+
+// Collective time by message size for one operation and rank count (nccl-tests semantics: `bytes` is
+// the per-rank buffer size; algbw = bytes / time; busbw = algbw * factor(op, ranks)).
+struct CollectiveCurve {
+  std::string op;  // "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"
+  int ranks = 0;
+  std::string scope;  // "intra_node" or "inter_node"
+  Provenance provenance;
+  std::vector<double> bytes;  // increasing
+  std::vector<double> time;   // s
+};
+
+// Achievable point-to-point figures of a link class, as measured or published (the cluster file gives
+// the nominal ones; the simulator uses efficiency * nominal bandwidth and the latency here).
+struct LinkFigures {
+  double bandwidth_efficiency = 1.0;  // achieved / nominal
+  double latency = 0.0;               // s, per transfer, on top of the cluster's link latencies
+  Provenance provenance;
+};
+
+// Slowdown factors (>= 1: time with overlap / time alone) at grid points; interpolated log-linearly
+// in the communication bytes and the GEMM FLOP between grid points, clamped outside.
+struct ContentionPoint {
+  std::string comm_op;  // the communication that overlaps ("all_to_all", "all_gather", ...; "any")
+  double comm_bytes = 0.0;
+  double gemm_flops = 0.0;
+  double compute_slowdown = 1.0;  // GEMM time overlapped / alone
+  double comm_slowdown = 1.0;     // communication time overlapped / alone
+};
+
+// Points come as full grids: for each comm_op, every (comm_bytes, gemm_flops) pair of its axes, in
+// order (comm_op, then comm_bytes, then gemm_flops, each increasing). "any" applies to ops without a grid.
+struct ContentionTable {
+  Provenance provenance;       // of compute_slowdown
+  Provenance comm_provenance;  // of comm_slowdown
+  std::vector<ContentionPoint> points;
+};
+
+// Power by state, and what a power cap does.
+struct PowerModel {
+  Provenance provenance;
+  double idle = 0.0;                         // W
+  std::map<std::string, double> compute;     // W while computing, by dtype
+  double communication = 0.0;                // W while only communicating
+  std::map<std::string, double> overlapped;  // W while both, by dtype
+  double max_power = 0.0;                    // W, the default power limit (TDP)
+  double min_power_limit = 0.0;              // W, the lowest cap the GPU accepts
+  // Compute speed under a power cap, as (cap / max_power, speed / uncapped speed) points, increasing.
+  std::vector<double> cap_fraction;
+  std::vector<double> speed_fraction;
+  Provenance cap_provenance;
+  // Optional: an SM clock limit, as (clock / device.sm_clock) -> (speed, power) relative to unlimited.
+  std::vector<double> clock_fraction;        // increasing, empty when the profile has no clock curve
+  std::vector<double> clock_speed_fraction;  // non-decreasing
+  std::vector<double> clock_power_fraction;  // non-decreasing
+  Provenance clock_provenance;
+};
+
+// The attention core (softmax(QK^T)V) runs at this fraction of the GEMM table's peak FLOP/s.
+struct AttentionFigures {
+  double flops_efficiency = 0.5;
+  Provenance provenance;  // detail empty: the profile gives none and the default applies
+};
+
+struct DeviceContext {
+  std::string name;  // "NVIDIA H100 80GB HBM3"
+  int sm_count = 0;
+  double memory = 0.0;         // bytes
+  double hbm_bandwidth = 0.0;  // B/s achievable
+  double sm_clock = 0.0;       // Hz under load
+  std::map<std::string, std::string> extra;  // driver, CUDA, cuBLAS, NCCL versions, host (measured profiles)
+  Provenance provenance;
+};
+
+struct Profile {
+  std::string name;
+  std::string source_file;
+  std::string base;  // name of the base profile, "" for none (already merged in by load_profile)
+  std::string description;
+  DeviceContext device;
+  std::vector<GemmTable> gemm;
+  std::vector<CollectiveCurve> collectives;
+  LinkFigures nvlink;
+  LinkFigures pcie;
+  LinkFigures nic;
+  ContentionTable contention;
+  PowerModel power;
+  AttentionFigures attention;
+  // Which kinds of values this profile's tables are (for reports): e.g. {"published", "model"}.
+  std::vector<std::string> source_kinds() const;
+  const GemmTable* gemm_table(const std::string& dtype) const;  // nullptr if absent
+};
+
+// Sections a profile may lack (then they are absent: provenance detail empty) are links, contention,
+// attention and collectives; device, gemm and power are required once any base is merged in.
+bool has_source(const Provenance& provenance);  // the section was given (its detail is never empty)
+
+Profile parse_profile(const common::YamlNode& root, const std::string& name);
+// By name (configs/profiles/NAME.yaml) or path, `--set` overrides applied; a `base` is loaded and
+// merged (tables the profile lacks come from the base; cycles are errors).
+Profile load_profile(const std::string& name_or_path, const std::vector<std::string>& overrides = {});
+// Writes a profile as YAML (used by moesim-calibrate and the reference-profile converter).
+std::string profile_to_yaml(const Profile& profile);
+
+}  // namespace moesim::models

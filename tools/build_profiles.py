@@ -1,0 +1,774 @@
+#!/usr/bin/env python3
+"""Builds the reference GPU profiles (configs/profiles/{h100-sxm,h200,a100-sxm}.yaml) from the published
+tables under ../shared/data/reference (see its SOURCES.md) and the shipped architectures.
+
+Python 3 standard library only. Rerunnable and deterministic: the committed YAML files are its output.
+    tools/build_profiles.py                 # rewrite configs/profiles/*.yaml
+    tools/build_profiles.py --check         # exit 1 if the committed files differ from a fresh build
+    tools/build_profiles.py --report        # also print the GEMM fits and their residuals
+Every derivation below is restated in the generated files' `source` entries and in docs/profile-format.md.
+"""
+
+import argparse
+import csv
+import glob
+import math
+import os
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_REFERENCE = os.path.join(os.path.dirname(REPO), "shared", "data", "reference")
+
+AZURE = "Azure/AI-benchmarking-guide @8fd0c6e1, Azure_Results/{file} (reference/azure/{file})"
+GPUS_MD = "reference/gpus.md"
+DEEPGEMM = "deepseek-ai/DeepGEMM @327ec92f README (reference/deepgemm/README_at_327ec92.md), H800 SXM5"
+DEEPEP = "deepseek-ai/DeepEP @dd758caf docs/legacy.md (reference/deepep/legacy.md), H800"
+ZEUS_NSDI = ("ml-energy/zeus @75a8b939 examples/research_reproducibility/zeus_nsdi23/trace/summary_power_*.csv "
+             "(reference/zeus)")
+ZEUS_SOSP = ("ml-energy/zeus @38cb3f90 sosp24_data/emulation/stage_profile/{gpt3-175b,bloom}+a100_sxm_bf16.csv "
+             "(reference/zeus)")
+PAPERS = "the overlap paper, arXiv:2507.03114 (Lee et al., 2025), as summarised in shared/docs/papers.md"
+
+M_GRID = [2 ** i for i in range(17)]  # 1 .. 65536 tokens
+TP_DEGREES = [1, 2, 4]
+
+
+def fail(message):
+    sys.exit("build_profiles.py: " + message)
+
+
+# --- reading the published files ---------------------------------------------------------------------
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def md_rows(text, heading):
+    """Rows of the first markdown table after `heading`, as lists of stripped cells."""
+    at = text.find(heading)
+    if at < 0:
+        fail(f"heading {heading!r} not found")
+    rows, started = [], False
+    for line in text[at:].splitlines()[1:]:
+        line = line.strip()
+        if line.startswith("|"):
+            started = True
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if all(re.fullmatch(r":?-+:?|\\-+", c) or not c for c in cells):
+                continue
+            rows.append(cells)
+        elif started:
+            break
+    return rows
+
+
+def number_in(cell):
+    m = re.search(r"[-+]?\d+(?:\.\d+)?", cell)
+    if not m:
+        fail(f"no number in {cell!r}")
+    return float(m.group(0))
+
+
+SIZE_LABEL = {"K": 10, "M": 20, "G": 30}
+
+
+def size_label_bytes(label):
+    # Azure's labels are rounded powers of two: 65K = 2^16, 132K = 2^17, 524K = 2^19, 33M = 2^25 ...
+    m = re.fullmatch(r"(\d+)([KMG])", label)
+    if not m:
+        fail(f"unexpected message size label {label!r}")
+    value = int(m.group(1)) * 2 ** SIZE_LABEL[m.group(2)]
+    power = round(math.log2(value))
+    if abs(value / 2 ** power - 1) > 0.05:
+        fail(f"size label {label!r} is not a rounded power of two")
+    return 2 ** power
+
+
+def read_azure(reference, file):
+    text = read(os.path.join(reference, "azure", file))
+    spec = {r[0]: r[1] for r in md_rows(text, "## System Specifications")}
+    gemm = []
+    for r in md_rows(text, "### GEMM CuBLASLt"):
+        if r[0].isdigit():
+            gemm.append((int(r[0]), int(r[1]), int(r[2]), float(r[3]) * 1e12))
+    def figures(heading, scale):
+        return {r[0]: float(r[1]) * scale for r in md_rows(text, heading) if re.fullmatch(r"[\d.]+", r[1])}
+    hbm = figures("### HBM Bandwidth", 1e12)
+    fa = figures("### Flash Attention 2.0", 1e12)
+    nv = figures("### NV Bandwidth", 1e9)
+    nccl = [(size_label_bytes(r[0]), float(r[1]) * 1e9) for r in md_rows(text, "## NCCL Bandwidth")
+            if re.fullmatch(r"\d+[KMG]", r[0])]
+    dtype = re.search(r"random initialization[^,]*, (FP8|FP16)", text).group(1).lower()
+    fa_head_dim = int(re.search(r"Flash Attention 2\.0\s+The performance .*?head dimension of (\d+)", text,
+                                re.S).group(1))
+    if len(nccl) != 24 or [b for b, _ in nccl] != [2 ** i for i in range(10, 34)]:
+        fail(f"{file}: expected the all-reduce curve 1K..8G in 24 powers of two")
+    return {"file": file, "spec": spec, "gemm": gemm, "gemm_dtype": dtype, "hbm": hbm, "fa": fa,
+            "fa_head_dim": fa_head_dim, "nv": nv, "nccl": nccl}
+
+
+def read_gpus_md(reference):
+    text = read(os.path.join(reference, "gpus.md"))
+    rows = md_rows(text, "Datasheet figures")
+    header = rows[0]
+    cols = {"a100-sxm": header.index("A100 SXM 80GB"), "h100-sxm": header.index("H100 SXM5 80GB"),
+            "h200": header.index("H200 SXM 141GB")}
+    table = {r[0]: r for r in rows[1:]}
+    text = re.sub(r"\s+", " ", text)  # the prose figures may wrap across lines
+    sheet = {}
+    for gpu, c in cols.items():
+        def cell(name):
+            return table[name][c]
+        fp8 = cell("FP8 tensor")
+        sheet[gpu] = {
+            "sms": int(number_in(cell("SMs"))),
+            "fp32": number_in(cell("FP32")) * 1e12,
+            "tf32": number_in(cell("TF32 tensor")) * 1e12,
+            "bf16": number_in(cell("BF16 / FP16 tensor")) * 1e12,
+            "fp8": None if "—" in fp8 else number_in(fp8) * 1e12,
+            "memory_gb": number_in(cell("memory").split(",")[0]),
+            "hbm_peak": number_in(cell("memory").split(",")[1]) * 1e12,
+            "tdp": number_in(cell("max board power (TDP)").replace("up to", "")),
+            "nvlink_total": number_in(cell("NVLink (total, both directions)")) * 1e9,
+            "pcie_total": number_in(cell("PCIe").split(",")[1]) * 1e9,
+        }
+    m = re.search(r"bf16 8192 x 8192 x 8192 matrix product: (\d+) to (\d+) TFLOP/s", text)
+    h200_bf16 = ((float(m.group(1)) + float(m.group(2))) / 2) * 1e12
+    clock = float(re.search(r"SM clock (\d+) MHz under load", text).group(1)) * 1e6
+    mamf = float(re.search(r"best achievable BF16 matmul about ([\d.]+) TFLOP/s", text).group(1)) * 1e12
+    m = re.search(r"H200 all-gather / reduce-scatter about (\d+) / (\d+) GB/s", text)
+    h200_ag, h200_rs = float(m.group(1)) * 1e9, float(m.group(2)) * 1e9
+    h100_coll = float(re.search(r"non-all-reduce collectives about (\d+) GB/s busbw", text).group(1)) * 1e9
+    m = re.search(r"about (\d+)-(\d+) GB/s per 400 Gb/s ConnectX-7", text)
+    nic = (float(m.group(1)) + float(m.group(2))) / 2 * 1e9
+    return {"sheet": sheet, "h200_bf16_8192": h200_bf16, "h200_clock": clock, "mamf_bf16": mamf,
+            "h200_ag": h200_ag, "h200_rs": h200_rs, "h100_coll": h100_coll, "nic_a2a": nic}
+
+
+def read_deepgemm(reference):
+    text = read(os.path.join(reference, "deepgemm", "README_at_327ec92.md"))
+    points = []
+    for r in md_rows(text, "### Normal GEMMs for dense models"):
+        if r[0].isdigit():
+            points.append((int(r[0]), int(r[1]), int(r[2]), number_in(r[3]) * 1e12))
+    if len(points) != 18:
+        fail("DeepGEMM: expected 18 dense GEMM rows")
+    return points
+
+
+def read_deepep(reference):
+    text = read(os.path.join(reference, "deepep", "legacy.md"))
+    rows = md_rows(text, "### Normal kernels with NVLink and RDMA forwarding")
+    intra = [r for r in rows if r[0] == "Intranode"][0]
+    link_max = float(re.search(r"~(\d+) GB/s NVLink maximum bandwidth", text).group(1)) * 1e9
+    return {"dispatch": number_in(intra[2]) * 1e9, "combine": number_in(intra[4]) * 1e9, "nvlink_max": link_max}
+
+
+def read_zeus_caps(reference):
+    """Per GPU, the median over training configurations of (speed, power / limit) at each power limit,
+    for the transformer workload (bert_base_uncased); only GPUs whose transformer runs reach about 90%
+    of their limit uncapped (so that a cap binds as it does for GEMM-bound serving)."""
+    base = os.path.join(reference, "zeus", "examples", "research_reproducibility", "zeus_nsdi23", "trace")
+    curves = {}
+    for path in sorted(glob.glob(os.path.join(base, "summary_power_*.csv"))):
+        gpu = re.search(r"summary_power_(\w+)\.csv", path).group(1)
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        top = max(int(r["power_limit"]) for r in rows)
+        groups = defaultdict(dict)
+        for r in rows:
+            if r["network"] != "bert_base_uncased":
+                continue
+            key = (r["dataset"], r["batch_size"], r["optimizer"])
+            groups[key][int(r["power_limit"])] = (float(r["time_per_epoch"]), float(r["average_power"]))
+        by_limit = defaultdict(list)
+        for points in groups.values():
+            if top not in points:
+                continue
+            t_top = points[top][0]
+            for limit, (t, p) in points.items():
+                by_limit[limit].append((t_top / t, p / top))
+        curve = {limit / top: (statistics.median(s for s, _ in v), statistics.median(p for _, p in v))
+                 for limit, v in sorted(by_limit.items())}
+        curves[gpu] = {"top": top, "curve": curve}
+    return curves
+
+
+def read_zeus_clock(reference):
+    base = os.path.join(reference, "zeus", "sosp24_data", "emulation", "stage_profile")
+    time, energy = defaultdict(float), defaultdict(float)
+    for name in ("gpt3-175b+a100_sxm_bf16.csv", "bloom+a100_sxm_bf16.csv"):
+        with open(os.path.join(base, name), newline="") as f:
+            for r in csv.DictReader(f):
+                time[int(r["frequency"])] += float(r["time"])
+                energy[int(r["frequency"])] += float(r["energy"])
+    top = max(time)
+    points = []
+    for f in sorted(time):
+        speed = time[top] / time[f]
+        power = (energy[f] / time[f]) / (energy[top] / time[top])
+        points.append((f / top, speed, power))
+    return top * 1e6, points
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+
+def isotonic(values, weights=None):
+    """Pool-adjacent-violators: the non-decreasing sequence closest (least squares) to `values`."""
+    weights = weights or [1.0] * len(values)
+    blocks = []
+    for v, w in zip(values, weights):
+        blocks.append([v * w, w, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, w2, n = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += w2
+            blocks[-1][2] += n
+    out = []
+    for s, w, n in blocks:
+        out += [s / w] * n
+    return out
+
+
+def g5(x):
+    return f"{x:.5g}"
+
+
+def g6(x):
+    return f"{x:.6g}"
+
+
+def flow(values, fmt=g5):
+    return "[" + ", ".join(fmt(v) for v in values) + "]"
+
+
+def quote(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def source(kind, detail):
+    key = {"measured": "method", "published": "reference", "model": "derivation"}[kind]
+    return "{kind: " + kind + ", " + key + ": " + quote(detail) + "}"
+
+
+# --- architectures -----------------------------------------------------------------------------------
+
+def read_simple_yaml(path):
+    """The subset of YAML the architecture files use: nested maps by indentation, scalars, comments."""
+    root, stack = {}, [(-1, None)]
+    stack[0] = (-1, root)
+    for raw in read(path).splitlines():
+        line = raw.split(" #")[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        key, _, value = line.strip().partition(":")
+        while stack[-1][0] >= indent:
+            stack.pop()
+        parent = stack[-1][1]
+        value = value.strip()
+        if value == "":
+            parent[key] = {}
+            stack.append((indent, parent[key]))
+        else:
+            value = value.strip('"')
+            parent[key] = int(value) if re.fullmatch(r"\d+", value) else value
+    return root
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+def architecture_shapes(arch_dir):
+    """(n, k) of every projection GEMM the cost models ask for (models/costs.cpp), TP 1, 2 and 4."""
+    shapes, names = set(), []
+    for path in sorted(glob.glob(os.path.join(arch_dir, "*.yaml"))):
+        a = read_simple_yaml(path)
+        names.append(os.path.splitext(os.path.basename(path))[0])
+        hidden = a["hidden_size"]
+        ffns = []
+        moe = a.get("moe", {})
+        if moe:
+            ffns.append(moe["expert_ffn_size"])
+            if moe.get("shared_experts", 0):
+                ffns += [moe["shared_expert_ffn_size"], moe["shared_experts"] * moe["shared_expert_ffn_size"]]
+        if "dense_ffn_size" in a:
+            ffns.append(a["dense_ffn_size"])
+        att = a["attention"]
+        for tp in TP_DEGREES:
+            for ffn in ffns:
+                shard = ceil_div(ffn, tp)
+                shapes.add((shard, hidden))
+                shapes.add((hidden, shard))
+            heads = ceil_div(att["num_heads"], tp)
+            if att["kind"] == "mla":
+                qk = att["qk_nope_head_dim"] + att["qk_rope_head_dim"]
+                if att.get("q_lora_rank", 0):
+                    shapes.add((att["q_lora_rank"], hidden))
+                    shapes.add((heads * qk, att["q_lora_rank"]))
+                else:
+                    shapes.add((heads * qk, hidden))
+                shapes.add((att["kv_lora_rank"] + att["qk_rope_head_dim"], hidden))
+                shapes.add((heads * (att["qk_nope_head_dim"] + att["v_head_dim"]), att["kv_lora_rank"]))
+                shapes.add((hidden, heads * att["v_head_dim"]))
+            else:
+                kv = ceil_div(att.get("num_kv_heads", att["num_heads"]), tp)
+                d = att["head_dim"]
+                shapes.add(((heads + 2 * kv) * d, hidden))
+                shapes.add((hidden, heads * d))
+            shapes.add((ceil_div(a["vocab_size"], tp), hidden))  # the LM head
+    return sorted(shapes), names
+
+
+# --- the GEMM model ----------------------------------------------------------------------------------
+# time(M, N, K) = t0 + max(2MNK / (peak * e * g(M) g(N) g(K)), bytes / hbm),  g(x) = x / (x + h),
+# bytes = in_bytes (MK + KN) + out_bytes MN. e: the large-GEMM efficiency; h: the size at which a
+# dimension halves it (tile and wave quantisation); t0: a launch and pipeline floor.
+
+def gemm_model(m, n, k, e, h, t0, peak, hbm, in_bytes, out_bytes):
+    def g(x):
+        return x / (x + h)
+    compute = 2.0 * m * n * k / (peak * e * g(m) * g(n) * g(k))
+    memory = (in_bytes * (m * k + k * n) + out_bytes * m * n) / hbm
+    return t0 + max(compute, memory)
+
+
+def nelder_mead(f, x0, steps, iterations=4000):
+    pts = [list(x0)]
+    for i, s in enumerate(steps):
+        p = list(x0)
+        p[i] += s
+        pts.append(p)
+    vals = [f(p) for p in pts]
+    for _ in range(iterations):
+        order = sorted(range(len(pts)), key=lambda i: vals[i])
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        if vals[-1] - vals[0] < 1e-14:
+            break
+        centroid = [sum(p[j] for p in pts[:-1]) / (len(pts) - 1) for j in range(len(x0))]
+
+        def towards(c):
+            return [centroid[j] + c * (pts[-1][j] - centroid[j]) for j in range(len(x0))]
+        r = towards(-1.0)
+        fr = f(r)
+        if fr < vals[0]:
+            e = towards(-2.0)
+            fe = f(e)
+            pts[-1], vals[-1] = (e, fe) if fe < fr else (r, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = r, fr
+        else:
+            c = towards(0.5)
+            fc = f(c)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = c, fc
+            else:
+                for i in range(1, len(pts)):
+                    pts[i] = [pts[0][j] + 0.5 * (pts[i][j] - pts[0][j]) for j in range(len(x0))]
+                    vals[i] = f(pts[i])
+    best = min(range(len(pts)), key=lambda i: vals[i])
+    return pts[best], vals[best]
+
+
+def fit_gemm(point_sets, peak, in_bytes, out_bytes):
+    """Fits (e, h, t0) to sets of published (M, N, K, FLOP/s, hbm) points, each set weighted equally,
+    minimising the squared log error of the time."""
+    weighted = []
+    for points in point_sets:
+        for (m, n, k, flops, hbm) in points:
+            weighted.append((m, n, k, 2.0 * m * n * k / flops, hbm, 1.0 / len(points)))
+
+    def unpack(x):
+        return 1.0 / (1.0 + math.exp(-x[0])), math.exp(x[1]), math.exp(x[2]) * 1e-6
+
+    def loss(x):
+        e, h, t0 = unpack(x)
+        return sum(w * math.log(gemm_model(m, n, k, e, h, t0, peak, hbm, in_bytes, out_bytes) / t) ** 2
+                   for m, n, k, t, hbm, w in weighted)
+
+    best = None
+    for start in ([0.5, math.log(128), 0.0], [1.5, math.log(512), math.log(3)], [0.0, math.log(32), math.log(8)]):
+        x, v = nelder_mead(loss, start, [0.5, 0.7, 0.7])
+        if best is None or v < best[1]:
+            best = (x, v)
+    e, h, t0 = unpack(best[0])
+    total_weight = sum(w for *_, w in weighted)
+    rms = math.sqrt(best[1] / total_weight)
+    residuals = [(m, n, k, gemm_model(m, n, k, e, h, t0, peak, hbm, in_bytes, out_bytes) / t - 1.0)
+                 for m, n, k, t, hbm, w in weighted]
+    return {"e": e, "h": h, "t0": t0, "rms_log": rms, "residuals": residuals}
+
+
+def efficiency_for(target_flops, m, n, k, h, t0, peak):
+    """The e at which the model's compute-bound time of (m, n, k) gives `target_flops`."""
+    t = 2.0 * m * n * k / target_flops
+    g = (m / (m + h)) * (n / (n + h)) * (k / (k + h))
+    return 2.0 * m * n * k / ((t - t0) * peak * g)
+
+
+# --- one profile -------------------------------------------------------------------------------------
+
+GPU_NAMES = {"h100-sxm": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200 141GB", "a100-sxm": "NVIDIA A100-SXM4-80GB"}
+AZURE_FILES = {"h100-sxm": "ND_H100_v5_results.md", "h200": "ND_H200_v5_results.md",
+               "a100-sxm": "ND_A100_v4_results.md"}
+
+
+def build(gpu, ref, shapes, arch_names, report):
+    sheet = ref["gpus"]["sheet"][gpu]
+    az = ref["azure"][gpu]
+    gpus = ref["gpus"]
+    hbm = az["hbm"]["Copy"]
+    hopper = gpu != "a100-sxm"
+    out = []
+    w = out.append
+    w(f"# Reference profile for {GPU_NAMES[gpu]}: published measurements and documented models, no GPU needed.")
+    w("# Generated by tools/build_profiles.py from ../shared/data/reference (do not edit by hand: change the")
+    w("# converter and rerun it). Format and derivations: docs/profile-format.md.")
+    w("schema_version: 1")
+    w("kind: profile")
+    w("description: " + quote(f"{GPU_NAMES[gpu]}: published tables (Azure, DeepEP, DeepGEMM, datasheets, the overlap "
+                              f"paper) and models fitted to them"))
+
+    # Device.
+    if gpu == "h200":
+        clock, clock_src = gpus["h200_clock"], "the SM clock under load measured on the lent H200 (gpus.md)"
+    elif gpu == "h100-sxm":
+        clock, clock_src = gpus["h200_clock"], "model: the H200's measured 1980 MHz (same GH100 die and boost clock)"
+    else:
+        clock, clock_src = ref["zeus_clock"][0], "the highest SM clock of zeus's A100-SXM profiles (1410 MHz)"
+    memory_gib = sheet["memory_gb"]
+    w("device:")
+    w(f"  name: {quote(GPU_NAMES[gpu])}")
+    w(f"  sm_count: {sheet['sms']}")
+    w(f"  memory: {g5(memory_gib)}GiB")
+    w(f"  hbm_bandwidth: {g5(hbm / 1e9)}GBps")
+    w(f"  sm_clock: {g5(clock / 1e6)}MHz")
+    spec = az["spec"]
+    w("  extra: {" + ", ".join(f"{k}: {quote(spec[v])}" for k, v in
+                               (("azure_gpu", "GPU"), ("cuda", "CUDA"), ("driver", "NVIDIA Driver"), ("nccl", "NCCL"))) +
+      "}")
+    w("  source: " + source("published",
+                            f"SMs and memory: datasheet ({GPUS_MD}); hbm_bandwidth: STREAM Copy on {AZURE.format(file=az['file'])} "
+                            f"(datasheet peak {g5(sheet['hbm_peak'] / 1e12)} TB/s); sm_clock: {clock_src}; memory in GiB as the "
+                            f"drivers report it; extra: the system of the Azure measurements"))
+
+    # GEMM tables.
+    fits = {}
+    if hopper:
+        fp8_points = [[(m, n, k, f, hbm) for m, n, k, f in az["gemm"]],
+                      [(m, n, k, f, ref["azure"]["h100-sxm"]["hbm"]["Copy"]) for m, n, k, f in ref["deepgemm"]]]
+        fp8 = fit_gemm(fp8_points, sheet["fp8"], 1, 2)
+        fits["fp8"] = fp8
+        e16 = efficiency_for(gpus["h200_bf16_8192"], 8192, 8192, 8192, fp8["h"], fp8["t0"], sheet["bf16"])
+        fits["bf16"] = {"e": e16, "h": fp8["h"], "t0": fp8["t0"]}
+        fit_text = (f"fitted to {len(az['gemm'])} cuBLASLt FP8 points ({AZURE.format(file=az['file'])}) and 18 DeepGEMM "
+                    f"FP8 points ({DEEPGEMM}; H800 has the H100's SMs and HBM3, so those points use the H100's "
+                    f"{g5(ref['azure']['h100-sxm']['hbm']['Copy'] / 1e12)} TB/s), each set weighted equally, least "
+                    f"squares in log time: e={fp8['e']:.4f}, h={fp8['h']:.1f}, t0={fp8['t0'] * 1e6:.3f} us, rms log "
+                    f"error {fp8['rms_log']:.3f}")
+    else:
+        fp16 = fit_gemm([[(m, n, k, f, hbm) for m, n, k, f in az["gemm"]]], sheet["bf16"], 2, 2)
+        fits["bf16"] = fp16
+        fit_text = (f"fitted to the {len(az['gemm'])} cuBLASLt FP16 points of {AZURE.format(file=az['file'])}, least "
+                    f"squares in log time: e={fp16['e']:.4f}, h={fp16['h']:.1f}, t0={fp16['t0'] * 1e6:.3f} us, rms log "
+                    f"error {fp16['rms_log']:.3f}")
+    if report:
+        for dt, fit in fits.items():
+            print(f"{gpu} {dt}: e={fit['e']:.4f} h={fit['h']:.1f} t0={fit['t0'] * 1e6:.3f}us", file=sys.stderr)
+            for m, n, k, r in fit.get("residuals", []):
+                print(f"    {m}x{n}x{k}: model/published - 1 = {r:+.3f}", file=sys.stderr)
+    rule = ("time = t0 + max(2MNK / (peak e g(M) g(N) g(K)), bytes / hbm_bandwidth), g(x) = x / (x + h), bytes = "
+            "in_bytes (MK + KN) + out_bytes MN; ")
+    tables = []
+    b16 = fits["bf16"]
+    if hopper:
+        bf16_text = (f"{rule}h and t0 from the FP8 fit ({fit_text}); e={b16['e']:.4f} chosen so that 8192^3 gives "
+                     f"{g5(gpus['h200_bf16_8192'] / 1e12)} TFLOP/s, the middle of the 769-798 measured on the lent H200 "
+                     f"({GPUS_MD}; the public best, MAMF, is {g5(gpus['mamf_bf16'] / 1e12)})")
+        tables.append(("bf16", sheet["bf16"], b16, 2, 2, bf16_text))
+        tables.append(("fp16", sheet["bf16"], b16, 2, 2, "as bf16 (same tensor-core rate): " + bf16_text))
+        tables.append(("fp8", sheet["fp8"], fits["fp8"], 1, 2, rule + "in 1 byte, out bf16; " + fit_text))
+    else:
+        tables.append(("fp16", sheet["bf16"], b16, 2, 2, rule + fit_text))
+        tables.append(("bf16", sheet["bf16"], b16, 2, 2, "as fp16 (same tensor-core rate): " + rule + fit_text))
+    simt_text = ("the 16-bit table's e, h and t0 (no published {dt} GEMM figures: an assumption) at the datasheet's "
+                 "{dt} peak, 4-byte operands; " + rule)
+    tables.append(("tf32", sheet["tf32"], b16, 4, 4, simt_text.format(dt="TF32")))
+    tables.append(("fp32", sheet["fp32"], b16, 4, 4, simt_text.format(dt="FP32 (SIMT)")))
+    w("gemm:")
+    for dtype, peak, fit, in_b, out_b, text in tables:
+        w(f"  - dtype: {dtype}")
+        w(f"    peak_tflops: {g6(peak / 1e12)}")
+        w(f"    launch_floor: {fit['t0'] * 1e6:.4g}us")
+        w("    source: " + source("model", f"{text}; peak {g6(peak / 1e12)} TFLOP/s dense ({GPUS_MD}); shapes: every "
+                                           f"projection of {', '.join(arch_names)} at TP 1, 2, 4 (models/costs.cpp)"))
+        w(f"    m: {flow(M_GRID, lambda v: str(v))}")
+        w("    shapes:")
+        for n, k in shapes:
+            times = [gemm_model(m, n, k, fit["e"], fit["h"], fit["t0"], peak, hbm, in_b, out_b) * 1e6 for m in M_GRID]
+            w(f"      - {{n: {n}, k: {k}, time_us: {flow(times)}}}")
+
+    # Collectives.
+    w("collectives:")
+    ar = az["nccl"]
+    sizes = [b for b, _ in ar]
+    ar_factor = 2 * 7 / 8
+    raw_times = [b * ar_factor / bw for b, bw in ar]
+    ar_times, raised, worst = [], 0, 0.0
+    for t in raw_times:
+        if ar_times and t < ar_times[-1]:
+            raised += 1
+            worst = max(worst, ar_times[-1] / t - 1)
+            t = ar_times[-1]
+        ar_times.append(t)
+    ar_peak = max(b * ar_factor / t for b, t in zip(sizes, ar_times))
+    w("  - op: all_reduce")
+    w("    ranks: 8")
+    w("    scope: intra_node")
+    w("    source: " + source("published", f"NCCL all-reduce bus bandwidth, in place, one 8-GPU node, "
+                                          f"{AZURE.format(file=az['file'])}; sizes are the table's rounded labels read "
+                                          f"as powers of two (1K = 2^10 ... 65K = 2^16, 132K = 2^17 ... 8G = 2^33); "
+                                          f"{raised} points whose time fell below the previous size's were raised to it "
+                                          f"(by at most {worst * 100:.1f}%)"))
+    w(f"    bytes: {flow(sizes, lambda v: str(v))}")
+    w(f"    busbw_GBps: {flow([b * ar_factor / t / 1e9 for b, t in zip(sizes, ar_times)], g6)}")
+
+    if gpu == "h100-sxm":
+        ag_peak = rs_peak = gpus["h100_coll"]
+        coll_text = f"{g5(ag_peak / 1e9)} GB/s busbw for H100 NVLink4 collectives other than all-reduce ({GPUS_MD}, nccl-tests issue 212)"
+    elif gpu == "h200":
+        ag_peak, rs_peak = gpus["h200_ag"], gpus["h200_rs"]
+        coll_text = (f"H200 all-gather {g5(ag_peak / 1e9)} / reduce-scatter {g5(rs_peak / 1e9)} GB/s busbw at 16 GiB "
+                     f"on 8 GPUs ({GPUS_MD})")
+    else:
+        ag_peak = rs_peak = ar_peak
+        coll_text = ("no published A100 all-gather/reduce-scatter figure: the all-reduce asymptote (A100 has no NVLS: "
+                     "every collective rings over the same links)")
+    dep = ref["deepep"]
+    a2a_eff = (dep["dispatch"] + dep["combine"]) / 2 / dep["nvlink_max"]
+    p2p_peak = (ag_peak + rs_peak) / 2
+    a2a_peak = a2a_eff * p2p_peak
+    shape_rule = ("busbw(S) = the all-reduce busbw curve (above) scaled to this op's asymptote, {peak} GB/s: {why}")
+    derived = [
+        ("all_gather", ag_peak, coll_text),
+        ("reduce_scatter", rs_peak, coll_text),
+        ("all_to_all", a2a_peak, f"DeepEP's intranode EP8 dispatch/combine reach {g5(dep['dispatch'] / 1e9)}/"
+                                 f"{g5(dep['combine'] / 1e9)} GB/s of H800's ~{g5(dep['nvlink_max'] / 1e9)} GB/s NVLink "
+                                 f"({DEEPEP}): {a2a_eff:.3f} of the link, applied to this GPU's "
+                                 f"{g5(p2p_peak / 1e9)} GB/s collective rate"),
+    ]
+    curves8 = {"all_reduce": (ar_times, ar_peak)}
+    for op, peak, why in derived:
+        factor = 7 / 8
+        busbw = [b * ar_factor / t * peak / ar_peak for b, t in zip(sizes, ar_times)]
+        times = [b * factor / bw for b, bw in zip(sizes, busbw)]
+        curves8[op] = (times, peak)
+        w(f"  - op: {op}")
+        w("    ranks: 8")
+        w("    scope: intra_node")
+        w("    source: " + source("model", shape_rule.format(peak=g5(peak / 1e9), why=why)))
+        w(f"    bytes: {flow(sizes, lambda v: str(v))}")
+        w(f"    busbw_GBps: {flow([v / 1e9 for v in busbw], g6)}")
+    for n in (2, 4):
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+            times8, peak = curves8[op]
+            f8 = ar_factor if op == "all_reduce" else 7 / 8
+            fn = 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+            c = n / 8
+            times = [c * t + b * (fn - c * f8) / peak for b, t in zip(sizes, times8)]
+            w(f"  - op: {op}")
+            w(f"    ranks: {n}")
+            w("    scope: intra_node")
+            w("    source: " + source("model", f"from the 8-rank curve: time_n(S) = (n/8) time_8(S) + S (f_n - (n/8) "
+                                               f"f_8) / busbw_max, busbw_max = {g5(peak / 1e9)} GB/s, f the nccl-tests "
+                                               f"busbw factor: the latency part scales with n (n-1 ring steps and one "
+                                               f"launch), the bandwidth part keeps the 8-rank bus bandwidth"))
+            w(f"    bytes: {flow(sizes, lambda v: str(v))}")
+            w(f"    busbw_GBps: {flow([b * fn / t / 1e9 for b, t in zip(sizes, times)], g6)}")
+    sr = [b * ar_factor / t * p2p_peak / ar_peak for b, t in zip(sizes, ar_times)]
+    w("  - op: send_recv")
+    w("    ranks: 2")
+    w("    scope: intra_node")
+    w("    source: " + source("model", f"busbw(S) = the 8-rank all-reduce busbw curve scaled to {g5(p2p_peak / 1e9)} GB/s, "
+                                       f"the GPU's achievable one-direction NVLink rate (its ring collectives' busbw: "
+                                       f"{coll_text})"))
+    w(f"    bytes: {flow(sizes, lambda v: str(v))}")
+    w(f"    busbw_GBps: {flow([v / 1e9 for v in sr], g6)}")
+
+    # Links.
+    nominal = sheet["nvlink_total"] / 2
+    sr_latency = sizes[0] / sr[0]
+    pcie_dir = sheet["pcie_total"] / 2
+    if gpu == "a100-sxm":
+        h2d, pcie_note = az["nv"]["Host to Device"], "host-to-device (the device-to-host figure, 6.27 GB/s, looks like pageable memory)"
+    else:
+        h2d = (az["nv"]["Host to Device"] + az["nv"]["Device to Host"]) / 2
+        pcie_note = "the mean of host-to-device and device-to-host"
+    w("links:")
+    w(f"  nvlink: {{bandwidth_efficiency: {p2p_peak / nominal:.4f}, latency: {sr_latency * 1e6:.4g}us, source: " +
+      source("model", f"efficiency: {g5(p2p_peak / 1e9)} GB/s achievable ({coll_text}) / {g5(nominal / 1e9)} GB/s "
+                      f"nominal per direction ({GPUS_MD}); latency: the send_recv curve's time at {sizes[0]} bytes") + "}")
+    w(f"  pcie: {{bandwidth_efficiency: {h2d / pcie_dir:.4f}, latency: 0us, source: " +
+      source("published", f"{g5(h2d / 1e9)} GB/s ({pcie_note}, NV Bandwidth, {AZURE.format(file=az['file'])}) / "
+                          f"{g5(pcie_dir / 1e9)} GB/s per direction ({GPUS_MD}); no latency published: none added to the "
+                          f"cluster file's") + "}")
+    nic_text = (f"inter-node all-to-all tops out near {g5(gpus['nic_a2a'] / 1e9)} GB/s per 400 Gb/s (50 GB/s) "
+                f"ConnectX-7 ({GPUS_MD}, nccl-tests issue 267); DeepEP's RDMA EP16 normal kernels reach 43 GB/s")
+    if gpu == "a100-sxm":
+        w(f"  nic: {{bandwidth_efficiency: {gpus['nic_a2a'] / 50e9:.4f}, latency: 0us, source: " +
+          source("model", "no A100 figure: the Hopper nodes' " + nic_text + "; no latency published") + "}")
+    else:
+        w(f"  nic: {{bandwidth_efficiency: {gpus['nic_a2a'] / 50e9:.4f}, latency: 0us, source: " +
+          source("published", nic_text + "; no latency published: none added to the cluster file's") + "}")
+
+    # Contention.
+    mean, top = 1.189, 1.40
+    w("contention:")
+    w("  source: " + source("published", f"compute slowdown while overlapped with communication: {mean} on average, "
+                                         f"{top} at most (largest for 13B models with FSDP on H100; FSDP all-gather/"
+                                         f"reduce-scatter suffer most), {PAPERS}; placed by us on the bytes axis: the "
+                                         f"mean at 128 MiB and below, the maximum at 512 MiB and above (a 13B model's "
+                                         f"per-layer FSDP shard is about 0.6 GB); other ops take the mean; the paper "
+                                         f"gives no GEMM-size dependence" +
+                                         ("; an NCCL issue reports an A100 GEMM overlapped with an all-gather going "
+                                          "1.18 -> 2.08 ms (1.76), a single case not used here" if gpu == "a100-sxm" else "")))
+    w("  comm_source: " + source("model", "not published: the communication is assumed to lose half as much as the "
+                                          "GEMM, comm = 1 + (compute - 1) / 2 (both contend for SMs, HBM and L2, but "
+                                          "NCCL's kernels hold their channel SMs and are bound by the links)"))
+    w("  grids:")
+    for op in ("all_gather", "reduce_scatter"):
+        w(f"    - comm_op: {op}")
+        w(f"      comm_bytes: [{128 * 2 ** 20}, {512 * 2 ** 20}]")
+        w("      gemm_flop: [1e12]")
+        w(f"      compute_slowdown: [[{mean}], [{top}]]")
+        w(f"      comm_slowdown: [[{g5(1 + (mean - 1) / 2)}], [{g5(1 + (top - 1) / 2)}]]")
+    w("    - comm_op: any")
+    w(f"      comm_bytes: [{128 * 2 ** 20}]")
+    w("      gemm_flop: [1e12]")
+    w(f"      compute_slowdown: [[{mean}]]")
+    w(f"      comm_slowdown: [[{g5(1 + (mean - 1) / 2)}]]")
+
+    # Power.
+    caps = ref["zeus_caps"]
+    used = [gpu_name for gpu_name, c in sorted(caps.items()) if c["curve"][1.0][1] >= 0.85]
+    uncapped = statistics.median(caps[g]["curve"][1.0][1] for g in used)
+    pts = sorted((frac, speed) for g in used for frac, (speed, _) in caps[g]["curve"].items() if frac < 1.0)
+    fracs, speeds = [p[0] for p in pts], isotonic([p[1] for p in pts])
+    merged = {}
+    for f, s in zip(fracs, speeds):
+        merged.setdefault(round(f, 3), []).append(s)
+    cap_x = sorted(merged) + [1.0]
+    cap_y = [round(statistics.mean(merged[x]), 3) for x in cap_x[:-1]] + [1.0]
+    cap_y = isotonic(cap_y)
+    tdp = sheet["tdp"]
+    idle = 0.10 * tdp
+    compute = uncapped * tdp
+    comm = idle + 0.25 * (compute - idle)
+    both = min(tdp, compute + comm - idle)
+    dtypes = [t[0] for t in tables]
+    w("power:")
+    w("  source: " + source("model", f"no {GPU_NAMES[gpu]} power tables are published ({GPUS_MD}): max_power is the "
+                                     f"datasheet TDP ({g5(tdp)} W); compute = {uncapped:.3f} TDP, the median fraction of "
+                                     f"the power limit drawn uncapped by the transformer (bert_base_uncased) training "
+                                     f"runs on {', '.join(used)} ({ZEUS_NSDI}), the same for every dtype (no per-dtype "
+                                     f"data); idle = 0.10 TDP (assumed: SXM boards idle at 10-15% of TDP); "
+                                     f"communication = idle + 0.25 (compute - idle) (NCCL's channels occupy about a "
+                                     f"quarter of the SMs); overlapped = min(TDP, compute + communication - idle); "
+                                     f"min_power_limit = the lowest cap fraction of the zeus curves ({cap_x[0]:.3f}) x TDP"))
+    w(f"  max_power: {g5(tdp)}W")
+    w(f"  min_power_limit: {g5(cap_x[0] * tdp)}W")
+    w(f"  idle: {g5(idle)}W")
+    w("  compute: {" + ", ".join(f"{d}: {g5(compute)}W" for d in sorted(dtypes)) + "}")
+    w(f"  communication: {g5(comm)}W")
+    w("  overlapped: {" + ", ".join(f"{d}: {g5(both)}W" for d in sorted(dtypes)) + "}")
+    w("  cap_curve:")
+    w("    source: " + source("model", f"speed (time uncapped / time capped) against cap / max limit, from {ZEUS_NSDI}: "
+                                       f"per GPU ({', '.join(used)}) the median over bert_base_uncased training "
+                                       f"configurations at each limit, pooled, made non-decreasing (pool adjacent "
+                                       f"violators) and averaged where fractions coincide; applied to this GPU as a "
+                                       f"fraction of its TDP"))
+    w(f"    cap_fraction: {flow(cap_x, lambda v: f'{v:.3f}')}")
+    w(f"    speed_fraction: {flow(cap_y, lambda v: f'{v:.3f}')}")
+    top_clock, clock_pts = ref["zeus_clock"]
+    sub = clock_pts[::3] if clock_pts[-1] in clock_pts[::3] else clock_pts[::3] + [clock_pts[-1]]
+    cx = [p[0] for p in sub]
+    cs = isotonic([p[1] for p in sub])
+    cp = isotonic([p[2] for p in sub])
+    clock_kind = "published" if gpu == "a100-sxm" else "model"
+    clock_text = (f"A100-SXM bf16 training, GPT-3 175B and BLOOM pipeline stages, {ZEUS_SOSP}: time and energy summed "
+                  f"over stages and passes at each SM clock from 855 to {g5(top_clock / 1e6)} MHz (every third clock); "
+                  f"speed = time at the top clock / time, power = average power / that at the top clock, made "
+                  f"non-decreasing")
+    if gpu != "a100-sxm":
+        clock_text = "the A100's curve applied as a fraction of this GPU's sm_clock (no Hopper data): " + clock_text
+    w("  clock_curve:")
+    w("    source: " + source(clock_kind, clock_text))
+    w(f"    clock_fraction: {flow(cx, lambda v: f'{v:.4f}')}")
+    w(f"    speed_fraction: {flow([min(1.0, v) for v in cs], lambda v: f'{v:.4f}')}")
+    w(f"    power_fraction: {flow([min(1.0, v) for v in cp], lambda v: f'{v:.4f}')}")
+
+    # Attention core.
+    fa = az["fa"]["Flash Attention 2.0"]
+    w("attention:")
+    w(f"  flops_efficiency: {fa / sheet['bf16']:.4f}")
+    w("  source: " + source("published", f"Flash Attention 2.0, {g5(fa / 1e12)} TFLOP/s (head dim {az['fa_head_dim']}, "
+                                         f"batch 2, sequence 8192), {AZURE.format(file=az['file'])}, / the "
+                                         f"{g5(sheet['bf16'] / 1e12)} TFLOP/s 16-bit peak"))
+    return "\n".join(out) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference", default=DEFAULT_REFERENCE, help="the reference/ folder of the shared data")
+    parser.add_argument("--architectures", default=os.path.join(REPO, "configs", "architectures"))
+    parser.add_argument("--out", default=os.path.join(REPO, "configs", "profiles"))
+    parser.add_argument("--check", action="store_true", help="compare with the files in --out instead of writing")
+    parser.add_argument("--report", action="store_true", help="print the GEMM fits' residuals to stderr")
+    args = parser.parse_args()
+    if not os.path.isdir(args.reference):
+        fail(f"no reference data at {args.reference} (give --reference)")
+
+    gpus = read_gpus_md(args.reference)
+    ref = {
+        "gpus": gpus,
+        "azure": {gpu: read_azure(args.reference, f) for gpu, f in AZURE_FILES.items()},
+        "deepgemm": read_deepgemm(args.reference),
+        "deepep": read_deepep(args.reference),
+        "zeus_caps": read_zeus_caps(args.reference),
+        "zeus_clock": read_zeus_clock(args.reference),
+    }
+    expected = {"h100-sxm": "fp8", "h200": "fp8", "a100-sxm": "fp16"}
+    for gpu, dtype in expected.items():
+        if ref["azure"][gpu]["gemm_dtype"] != dtype:
+            fail(f"{AZURE_FILES[gpu]}: expected {dtype} GEMM figures")
+    shapes, arch_names = architecture_shapes(args.architectures)
+
+    stale = []
+    for gpu in ("h100-sxm", "h200", "a100-sxm"):
+        text = build(gpu, ref, shapes, arch_names, args.report)
+        path = os.path.join(args.out, gpu + ".yaml")
+        if args.check:
+            old = read(path) if os.path.exists(path) else None
+            if old != text:
+                stale.append(path)
+            continue
+        os.makedirs(args.out, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+        print(f"wrote {path} ({len(text)} bytes, {len(shapes)} GEMM shapes)")
+    if stale:
+        print("out of date (rerun tools/build_profiles.py): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

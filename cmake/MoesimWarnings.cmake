@@ -2,7 +2,7 @@
 add_library(moesim_options INTERFACE)
 target_compile_options(moesim_options INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
-  -Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual -Wnull-dereference -Wimplicit-fallthrough>)
+  -Wnon-virtual-dtor -Wold-style-cast -Woverloaded-virtual -Wimplicit-fallthrough>)
 if(MOESIM_WERROR)
   target_compile_options(moesim_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
 endif()

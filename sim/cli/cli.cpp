@@ -76,6 +76,8 @@ std::vector<Command> builtin_commands() {
   std::vector<Command> commands;
   register_trace_import_commands(commands);
   register_trace_stats_commands(commands);
+  register_config_commands(commands);
+  register_run_commands(commands);
   std::stable_sort(commands.begin(), commands.end(),
                    [](const Command& a, const Command& b) { return a.words < b.words; });
   return commands;

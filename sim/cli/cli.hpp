@@ -45,6 +45,8 @@ std::vector<Command> builtin_commands();
 // Registration functions, one per command file.
 void register_trace_import_commands(std::vector<Command>& commands);  // import, convert, split
 void register_trace_stats_commands(std::vector<Command>& commands);   // stats, generate
+void register_config_commands(std::vector<Command>& commands);        // config check
+void register_run_commands(std::vector<Command>& commands);           // run
 
 // Runs the command line (argv without the program name); the whole CLI, for main() and tests.
 int run_cli(const Args& argv, Context& ctx);

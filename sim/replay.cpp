@@ -1,0 +1,1006 @@
+#include "sim/replay.hpp"
+
+#include <simgrid/s4u.hpp>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xbt/log.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+
+#include "common/error.hpp"
+#include "models/costs.hpp"
+#include "sim/platform.hpp"
+
+namespace moesim::sim {
+
+namespace {
+
+namespace sg4 = simgrid::s4u;
+
+enum class TaskKind : std::uint8_t { kCompute, kTransfer, kJoin };
+enum class Category : std::uint8_t { kAttention, kDense, kShared, kExpert, kHead, kSynthetic, kDispatch, kCombine, kTpCollective, kGradient, kOther };
+
+const char* category_name(Category c) {
+  switch (c) {
+    case Category::kAttention: return "attention";
+    case Category::kDense: return "dense_ffn";
+    case Category::kShared: return "shared_experts";
+    case Category::kExpert: return "experts";
+    case Category::kHead: return "lm_head";
+    case Category::kSynthetic: return "compute";
+    case Category::kDispatch: return "dispatch";
+    case Category::kCombine: return "combine";
+    case Category::kTpCollective: return "tp_collective";
+    case Category::kGradient: return "dp_collective";
+    case Category::kOther: return "other";
+  }
+  return "other";
+}
+
+struct Task {
+  TaskKind kind = TaskKind::kJoin;
+  Category category = Category::kOther;
+  int gpu = -1;         // compute: host; transfer: source
+  int dst = -1;         // transfer: destination
+  int layer = -1;       // index into the step's layer table, -1 for none
+  double amount = 0.0;  // compute: seconds at full speed; transfer: bytes
+  double flops = 0.0;   // compute: FLOP, for the contention lookup
+  double op_bytes = 0.0;  // transfer: bytes of the whole operation it belongs to (contention lookup)
+  const char* comm_op = "all_to_all";
+  int pending = 0;
+  std::vector<std::uint32_t> succ;
+  double start = -1.0, end = -1.0;
+  bool timeline = false;  // join: a stream operation worth drawing
+  std::uint32_t gate = 0;  // join of a stream operation: the task that opened it
+};
+
+class Replay;
+
+// The graph of one step, built up front, started lazily.
+struct StepGraph {
+  std::vector<Task> tasks;
+  std::vector<sg4::ActivityPtr> activities;  // kept alive until two steps later
+  std::uint32_t add(Task t) {
+    tasks.push_back(std::move(t));
+    return static_cast<std::uint32_t>(tasks.size() - 1);
+  }
+  void edge(std::uint32_t from, std::uint32_t to) {
+    tasks[from].succ.push_back(to);
+    ++tasks[to].pending;
+  }
+};
+
+struct GpuTrack {
+  int comm_active = 0;                 // transfers in flight touching this GPU
+  const Task* compute = nullptr;       // the running compute task
+  const Task* last_comm = nullptr;     // the most recent transfer started here (contention lookup)
+  double state_since = 0.0;
+  models::GpuState state = models::GpuState::kIdle;
+};
+
+class Replay {
+ public:
+  explicit Replay(const SimInput& in) : in_(in), arch_(*in.arch), cluster_(*in.cluster), profile_(*in.profile) {}
+
+  SimResult run();
+
+ private:
+  // Graph building.
+  void build_step(StepGraph& g, const StepBatch* batch);
+  void build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t li, int chunks, int layer_slot,
+                       std::vector<std::uint32_t>& ready, std::vector<std::uint32_t>& last_compute,
+                       std::vector<std::uint32_t>& last_comm);
+  std::uint32_t add_compute(StepGraph& g, int gpu, Category cat, int layer_slot, const models::ExpertWork& w,
+                            std::vector<std::uint32_t>& last_compute, std::initializer_list<std::uint32_t> deps);
+  // A TP-group collective as ring transfers sized so that, alone, it takes the profile's time.
+  std::uint32_t add_tp_collective(StepGraph& g, int rank, const char* op, double bytes, int layer_slot,
+                                  const std::vector<std::uint32_t>& deps_per_gpu);
+  // A collective over `group` (GPU ids) as ring transfers sized to the profile's time; returns its join.
+  std::uint32_t add_ring_collective(StepGraph& g, const std::vector<int>& group, const char* op, double bytes,
+                                    int layer_slot, const std::vector<std::uint32_t>& deps_per_gpu, Category cat);
+  void build_training_step(StepGraph& g);
+  // Attention, dense FFN or MoE layer d forward (scale 1) or backward (scale 2) on every GPU.
+  void build_layer(StepGraph& g, const StepBatch& batch, int d, std::size_t& li, std::vector<long>& home_tokens,
+                   std::vector<std::uint32_t>& ready, std::vector<std::uint32_t>& last_compute,
+                   std::vector<std::uint32_t>& last_comm);
+  double layer_param_bytes(int d) const;  // non-expert parameters of decoder layer d, in bytes
+  void build_synthetic_step(StepGraph& g);
+
+  // Execution.
+  void start_step();
+  void start_task(std::uint32_t id);
+  void complete(std::uint32_t id);
+  void refresh_contention(int gpu);
+  void account_state(int gpu);
+  int gpu_of(int rank, int t) const { return rank * in_.tp + t; }
+
+  const SimInput& in_;
+  const models::Architecture& arch_;
+  const models::Cluster& cluster_;
+  const models::Profile& profile_;
+  std::unique_ptr<Platform> platform_;
+  double speed_factor_ = 1.0;
+  double dtype_bytes_ = 2.0;
+  double compute_scale_ = 1.0;  // 2 while building a backward pass (input and weight gradients)
+  std::vector<StepBatch> micro_;  // training: the micro-batches of the current step
+
+  std::unique_ptr<StepGraph> current_, previous_;
+  std::vector<std::uint32_t> worklist_;
+  bool draining_ = false;
+  int step_index_ = 0;  // steps started so far
+  int total_steps_ = 0;
+  double step_start_ = 0.0;
+  std::uint32_t step_end_task_ = 0;
+  bool measuring_ = false;
+
+  std::vector<GpuTrack> track_;
+  // Per-step, per (gpu, layer slot) accumulators.
+  std::vector<int> layer_ids_;  // decoder-layer index per layer slot
+  std::vector<char> layer_moe_;
+  std::vector<double> token_time_;   // [gpu * L + slot]
+  std::vector<int> a2a_active_;
+  std::vector<double> a2a_since_, a2a_time_;
+  std::vector<double> rank_tokens_step_;  // [slot * ep + rank]
+  StepBatch batch_;
+  std::size_t batch_tokens_ = 0;  // tokens of the current step
+
+  SimResult result_;
+  std::vector<double> layer_sums_;  // [slot][4]
+  std::vector<double> rank_token_sums_;
+};
+
+std::uint32_t Replay::add_compute(StepGraph& g, int gpu, Category cat, int layer_slot, const models::ExpertWork& w,
+                                  std::vector<std::uint32_t>& last_compute, std::initializer_list<std::uint32_t> deps) {
+  Task t;
+  t.kind = TaskKind::kCompute;
+  t.category = cat;
+  t.gpu = gpu;
+  t.layer = layer_slot;
+  t.amount = w.time * compute_scale_ / speed_factor_;
+  t.flops = w.flops * compute_scale_;
+  const auto id = g.add(std::move(t));
+  g.edge(last_compute[static_cast<std::size_t>(gpu)], id);
+  for (auto d : deps)
+    if (d != last_compute[static_cast<std::size_t>(gpu)]) g.edge(d, id);
+  last_compute[static_cast<std::size_t>(gpu)] = id;
+  return id;
+}
+
+std::uint32_t Replay::add_tp_collective(StepGraph& g, int rank, const char* op, double bytes, int layer_slot,
+                                        const std::vector<std::uint32_t>& deps_per_gpu) {
+  std::vector<int> group;
+  for (int t = 0; t < in_.tp; ++t) group.push_back(gpu_of(rank, t));
+  return add_ring_collective(g, group, op, bytes, layer_slot, deps_per_gpu, Category::kTpCollective);
+}
+
+std::uint32_t Replay::add_ring_collective(StepGraph& g, const std::vector<int>& group, const char* op, double bytes,
+                                          int layer_slot, const std::vector<std::uint32_t>& deps_per_gpu, Category cat) {
+  Task join;
+  join.kind = TaskKind::kJoin;
+  join.category = cat;
+  join.gpu = group.front();
+  join.layer = layer_slot;
+  const auto j = g.add(std::move(join));
+  const int n = static_cast<int>(group.size());
+  const int g0 = group[0];
+  const int g1 = group[static_cast<std::size_t>(1 % n)];
+  const double bw = platform_->port_bandwidth(g0);
+  const double lat = cluster_.latency_between(g0, g1);
+  const double t_table = models::collective_time(profile_, op, n, bytes, bw, lat);
+  // Ring: every GPU sends one message to its neighbour, sized so that alone it lasts t_table.
+  const double ring_bytes = std::max(0.0, (t_table - lat) * bw);
+  for (int t = 0; t < n; ++t) {
+    Task x;
+    x.kind = TaskKind::kTransfer;
+    x.category = cat;
+    x.gpu = group[static_cast<std::size_t>(t)];
+    x.dst = group[static_cast<std::size_t>((t + 1) % n)];
+    x.amount = ring_bytes;
+    x.op_bytes = bytes;
+    x.comm_op = op;
+    x.layer = layer_slot;
+    const auto id = g.add(std::move(x));
+    g.edge(deps_per_gpu[static_cast<std::size_t>(x.gpu)], id);
+    g.edge(id, j);
+  }
+  return j;
+}
+
+void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t li, int chunks, int slot,
+                             std::vector<std::uint32_t>& ready, std::vector<std::uint32_t>& last_compute,
+                             std::vector<std::uint32_t>& last_comm) {
+  const int ep = in_.ep, tp = in_.tp, k = arch_.top_k;
+  const int experts = arch_.num_experts;
+  const std::size_t L = batch.experts.size() / std::max<std::size_t>(1, batch.size() * static_cast<std::size_t>(k));
+  const Placement& pl = *in_.placement;
+  const double token_bytes = static_cast<double>(arch_.hidden_size) * dtype_bytes_ / tp;
+  const int ranks_per_node = std::max(1, cluster_.gpus_per_node / tp);
+  auto node_of_rank = [&](int r) { return r / ranks_per_node; };
+
+  // Position of each token among its home rank's tokens: chunk = position * chunks / count.
+  std::vector<long> home_count(static_cast<std::size_t>(ep), 0), home_seen(static_cast<std::size_t>(ep), 0);
+  for (int h : batch.home) ++home_count[static_cast<std::size_t>(h)];
+
+  // sends[c][h * ep + r]: tokens from home rank h to rank r in chunk c; expert_tokens[c][r * E + e].
+  const std::size_t C = static_cast<std::size_t>(chunks);
+  std::vector<std::vector<long>> sends(C, std::vector<long>(static_cast<std::size_t>(ep * ep), 0));
+  std::vector<std::vector<long>> expert_tokens(C, std::vector<long>(static_cast<std::size_t>(ep * experts), 0));
+  // Hierarchical dispatch: tokens from home rank h to node n, deduplicated: [c][h * nodes + n].
+  const int nodes = (ep + ranks_per_node - 1) / ranks_per_node;
+  std::vector<std::vector<long>> node_sends(C, std::vector<long>(static_cast<std::size_t>(ep * nodes), 0));
+  std::vector<int> dests;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const int h = batch.home[i];
+    const auto c = static_cast<std::size_t>(home_seen[static_cast<std::size_t>(h)]++ * chunks /
+                                            std::max<long>(1, home_count[static_cast<std::size_t>(h)]));
+    dests.clear();
+    const auto* e = batch.experts.data() + (i * L + li) * static_cast<std::size_t>(k);
+    for (int j = 0; j < k; ++j) {
+      const auto& holders = pl.ranks[li][e[j]];
+      int chosen = -1;
+      for (int r : holders)
+        if (r == h) chosen = r;
+      if (chosen < 0) {
+        std::vector<int> near;
+        for (int r : holders)
+          if (node_of_rank(r) == node_of_rank(h)) near.push_back(r);
+        if (!near.empty()) chosen = near[batch.token_index[i] % near.size()];
+      }
+      if (chosen < 0) chosen = holders[batch.token_index[i] % holders.size()];
+      ++expert_tokens[c][static_cast<std::size_t>(chosen * experts + e[j])];
+      if (std::find(dests.begin(), dests.end(), chosen) == dests.end()) dests.push_back(chosen);
+    }
+    std::vector<int> dest_nodes;
+    for (int r : dests) {
+      ++sends[c][static_cast<std::size_t>(h * ep + r)];
+      const int n = node_of_rank(r);
+      if (n != node_of_rank(h) && std::find(dest_nodes.begin(), dest_nodes.end(), n) == dest_nodes.end()) {
+        dest_nodes.push_back(n);
+        ++node_sends[c][static_cast<std::size_t>(h * nodes + n)];
+      }
+    }
+  }
+  for (int r = 0; r < ep; ++r) {
+    long total = 0;
+    for (std::size_t c = 0; c < C; ++c)
+      for (int e = 0; e < experts; ++e) total += expert_tokens[c][static_cast<std::size_t>(r * experts + e)];
+    rank_tokens_step_[static_cast<std::size_t>(slot * ep + r)] += static_cast<double>(total);
+  }
+
+  const int gpus = ep * tp;
+  // The layer's input is ready on each home GPU: shared experts start on the compute stream.
+  std::vector<std::uint32_t> attn_done = ready;
+  std::vector<std::uint32_t> shared_done(static_cast<std::size_t>(gpus), 0);
+  bool have_shared = arch_.num_shared_experts > 0;
+  if (have_shared)
+    for (int gpu = 0; gpu < gpus; ++gpu) {
+      const long tokens = home_count[static_cast<std::size_t>(gpu / tp)];
+      shared_done[static_cast<std::size_t>(gpu)] =
+          add_compute(g, gpu, Category::kShared, slot,
+                      models::dense_ffn_time(profile_, arch_, tokens,
+                                             static_cast<long>(arch_.num_shared_experts) * arch_.shared_expert_ffn_size, tp),
+                      last_compute, {ready[static_cast<std::size_t>(gpu)]});
+    }
+
+  auto new_transfer = [&](int src, int dst, double bytes, Category cat, double op_bytes) {
+    Task x;
+    x.kind = TaskKind::kTransfer;
+    x.category = cat;
+    x.gpu = src;
+    x.dst = dst;
+    x.amount = bytes;
+    x.op_bytes = op_bytes;
+    x.layer = slot;
+    return g.add(std::move(x));
+  };
+  // A stream operation on `gpu`'s communication stream: starts after the previous one and `dep`.
+  auto new_op = [&](int gpu, std::uint32_t dep, Category cat) {
+    Task j;
+    j.kind = TaskKind::kJoin;
+    j.category = cat;
+    j.gpu = gpu;
+    j.layer = slot;
+    j.timeline = true;
+    const auto start = g.add(Task{});  // gate: previous op done and data ready
+    g.edge(last_comm[static_cast<std::size_t>(gpu)], start);
+    g.edge(dep, start);
+    const auto id = g.add(std::move(j));
+    g.edge(start, id);
+    last_comm[static_cast<std::size_t>(gpu)] = id;
+    g.tasks[id].gate = start;
+    return std::pair<std::uint32_t, std::uint32_t>{start, id};
+  };
+
+  std::vector<std::uint32_t> layer_end_deps_flat;
+  std::vector<std::vector<std::uint32_t>> arrivals(static_cast<std::size_t>(gpus));  // combine arrivals per home GPU
+  for (std::size_t c = 0; c < C; ++c) {
+    // Dispatch of chunk c: one operation per source GPU.
+    std::vector<std::vector<std::uint32_t>> into(static_cast<std::size_t>(gpus));
+    for (int h = 0; h < ep; ++h) {
+      for (int t = 0; t < tp; ++t) {
+        const int src = gpu_of(h, t);
+        double op_bytes = 0.0;
+        for (int r = 0; r < ep; ++r)
+          if (r != h) op_bytes += static_cast<double>(sends[c][static_cast<std::size_t>(h * ep + r)]) * token_bytes;
+        if (op_bytes <= 0.0) continue;
+        auto [gate, op] = new_op(src, attn_done[static_cast<std::size_t>(src)], Category::kDispatch);
+        const bool hier = in_.options.dispatch == DispatchMode::kHierarchical;
+        std::vector<std::uint32_t> gateway_arrival(static_cast<std::size_t>(nodes), 0);
+        std::vector<char> has_gateway(static_cast<std::size_t>(nodes), 0);
+        for (int r = 0; r < ep; ++r) {
+          const long n = sends[c][static_cast<std::size_t>(h * ep + r)];
+          if (r == h || n == 0) continue;
+          const int dst = gpu_of(r, t);
+          const int dn = node_of_rank(r);
+          if (hier && dn != node_of_rank(h)) {
+            // One inter-node transfer per destination node to the GPU of the same local index there
+            // (tokens deduplicated), then NVLink forwarding inside the node.
+            const int gateway = std::min(cluster_.total_gpus() - 1, dn * cluster_.gpus_per_node + cluster_.local_index(src));
+            if (!has_gateway[static_cast<std::size_t>(dn)]) {
+              has_gateway[static_cast<std::size_t>(dn)] = 1;
+              const double b = static_cast<double>(node_sends[c][static_cast<std::size_t>(h * nodes + dn)]) * token_bytes;
+              const auto x = new_transfer(src, gateway, b, Category::kDispatch, op_bytes);
+              g.edge(gate, x);
+              g.edge(x, op);
+              gateway_arrival[static_cast<std::size_t>(dn)] = x;
+            }
+            const auto arrive = gateway_arrival[static_cast<std::size_t>(dn)];
+            if (dst == gateway) {
+              into[static_cast<std::size_t>(dst)].push_back(arrive);
+            } else {
+              const auto f = new_transfer(gateway, dst, static_cast<double>(n) * token_bytes, Category::kDispatch, op_bytes);
+              g.edge(arrive, f);
+              g.edge(f, op);
+              into[static_cast<std::size_t>(dst)].push_back(f);
+            }
+          } else {
+            const auto x = new_transfer(src, dst, static_cast<double>(n) * token_bytes, Category::kDispatch, op_bytes);
+            g.edge(gate, x);
+            g.edge(x, op);
+            into[static_cast<std::size_t>(dst)].push_back(x);
+          }
+        }
+      }
+    }
+    // Expert compute of chunk c on every GPU of every rank (TP: all-gather before, reduce-scatter after).
+    std::vector<std::uint32_t> compute_done(static_cast<std::size_t>(gpus));
+    for (int r = 0; r < ep; ++r) {
+      std::vector<long> per_expert;
+      long received = 0;
+      for (int e = 0; e < experts; ++e) {
+        const long n = expert_tokens[c][static_cast<std::size_t>(r * experts + e)];
+        if (n > 0) per_expert.push_back(n);
+        received += n;
+      }
+      std::vector<std::uint32_t> inputs_ready(static_cast<std::size_t>(gpus));
+      for (int t = 0; t < tp; ++t) {
+        const int gpu = gpu_of(r, t);
+        Task gate;
+        const auto gid = g.add(std::move(gate));
+        g.edge(attn_done[static_cast<std::size_t>(gpu)], gid);
+        for (auto x : into[static_cast<std::size_t>(gpu)]) g.edge(x, gid);
+        inputs_ready[static_cast<std::size_t>(gpu)] = gid;
+      }
+      std::uint32_t ag = 0;
+      if (tp > 1 && received > 0)
+        ag = add_tp_collective(g, r, "all_gather", static_cast<double>(received) * arch_.hidden_size * dtype_bytes_, slot,
+                               inputs_ready);
+      for (int t = 0; t < tp; ++t) {
+        const int gpu = gpu_of(r, t);
+        const auto dep = tp > 1 && received > 0 ? ag : inputs_ready[static_cast<std::size_t>(gpu)];
+        if (per_expert.empty()) {
+          compute_done[static_cast<std::size_t>(gpu)] = dep;
+          continue;
+        }
+        compute_done[static_cast<std::size_t>(gpu)] =
+            add_compute(g, gpu, Category::kExpert, slot, models::grouped_expert_time(profile_, arch_, per_expert, tp),
+                        last_compute, {dep});
+      }
+      if (tp > 1 && received > 0) {
+        const auto rs = add_tp_collective(g, r, "reduce_scatter",
+                                          static_cast<double>(received) * arch_.hidden_size * dtype_bytes_, slot,
+                                          compute_done);
+        for (int t = 0; t < tp; ++t) compute_done[static_cast<std::size_t>(gpu_of(r, t))] = rs;
+      }
+    }
+    // Combine of chunk c: the reverse transfers, one operation per expert GPU. Hierarchical: results
+    // for a home GPU in another node go over NVLink to the gateway of this node (the GPU with the home
+    // GPU's local index), which sends them, reduced per token, in one inter-node transfer.
+    const bool hier = in_.options.dispatch == DispatchMode::kHierarchical;
+    std::vector<std::vector<std::uint32_t>> at_gateway(static_cast<std::size_t>(gpus * nodes));  // [home * nodes + node]
+    std::vector<char> via_gateway(static_cast<std::size_t>(gpus * nodes), 0);
+    for (int r = 0; r < ep; ++r) {
+      for (int t = 0; t < tp; ++t) {
+        const int src = gpu_of(r, t);
+        double op_bytes = 0.0;
+        for (int h = 0; h < ep; ++h)
+          if (h != r) op_bytes += static_cast<double>(sends[c][static_cast<std::size_t>(h * ep + r)]) * token_bytes;
+        if (op_bytes <= 0.0) continue;
+        auto [gate, op] = new_op(src, compute_done[static_cast<std::size_t>(src)], Category::kCombine);
+        const int sn = node_of_rank(r);
+        for (int h = 0; h < ep; ++h) {
+          const long n = sends[c][static_cast<std::size_t>(h * ep + r)];
+          if (h == r || n == 0) continue;
+          const int home = gpu_of(h, t);
+          const double bytes = static_cast<double>(n) * token_bytes;
+          if (hier && sn != node_of_rank(h)) {
+            const std::size_t key = static_cast<std::size_t>(home * nodes + sn);
+            via_gateway[key] = 1;
+            const int gateway = std::min(cluster_.total_gpus() - 1, sn * cluster_.gpus_per_node + cluster_.local_index(home));
+            if (src == gateway) {
+              at_gateway[key].push_back(gate);
+            } else {
+              const auto x = new_transfer(src, gateway, bytes, Category::kCombine, op_bytes);
+              g.edge(gate, x);
+              g.edge(x, op);
+              at_gateway[key].push_back(x);
+            }
+          } else {
+            const auto x = new_transfer(src, home, bytes, Category::kCombine, op_bytes);
+            g.edge(gate, x);
+            g.edge(x, op);
+            arrivals[static_cast<std::size_t>(home)].push_back(x);
+          }
+        }
+      }
+    }
+    for (int home = 0; home < gpus; ++home) {
+      for (int sn = 0; sn < nodes; ++sn) {
+        const std::size_t key = static_cast<std::size_t>(home * nodes + sn);
+        if (!via_gateway[key]) continue;
+        const int gateway = std::min(cluster_.total_gpus() - 1, sn * cluster_.gpus_per_node + cluster_.local_index(home));
+        const double bytes = static_cast<double>(node_sends[c][static_cast<std::size_t>((home / tp) * nodes + sn)]) * token_bytes;
+        const auto x = new_transfer(gateway, home, bytes, Category::kCombine, bytes);
+        for (auto d : at_gateway[key]) g.edge(d, x);
+        arrivals[static_cast<std::size_t>(home)].push_back(x);
+      }
+    }
+    if (c + 1 == C)
+      for (int gpu = 0; gpu < gpus; ++gpu) arrivals[static_cast<std::size_t>(gpu)].push_back(compute_done[static_cast<std::size_t>(gpu)]);
+  }
+  // The layer ends on a home GPU when its tokens are back, its own expert work and shared experts done.
+  for (int gpu = 0; gpu < gpus; ++gpu) {
+    Task end;
+    const auto id = g.add(std::move(end));
+    for (auto x : arrivals[static_cast<std::size_t>(gpu)]) g.edge(x, id);
+    g.edge(last_compute[static_cast<std::size_t>(gpu)], id);
+    if (have_shared) g.edge(shared_done[static_cast<std::size_t>(gpu)], id);
+    ready[static_cast<std::size_t>(gpu)] = id;
+  }
+}
+
+void Replay::build_layer(StepGraph& g, const StepBatch& batch, int d, std::size_t& li, std::vector<long>& home_tokens,
+                         std::vector<std::uint32_t>& ready, std::vector<std::uint32_t>& last_compute,
+                         std::vector<std::uint32_t>& last_comm) {
+  const int gpus = in_.ep * in_.tp;
+  const int tp = in_.tp;
+  const int slot = d;
+  const bool moe = li < arch_.moe_layers.size() && arch_.moe_layers[li] == d;
+  auto tp_all_reduce = [&] {
+    if (tp == 1) return;
+    for (int r = 0; r < in_.ep; ++r)
+      if (home_tokens[static_cast<std::size_t>(r)] > 0) {
+        const auto j = add_tp_collective(
+            g, r, "all_reduce", static_cast<double>(home_tokens[static_cast<std::size_t>(r)]) * arch_.hidden_size * dtype_bytes_,
+            slot, ready);
+        for (int t = 0; t < tp; ++t) ready[static_cast<std::size_t>(gpu_of(r, t))] = j;
+      }
+  };
+  // Attention on every GPU of each home group (heads split by TP), then the TP all-reduce.
+  for (int gpu = 0; gpu < gpus; ++gpu) {
+    const auto& a = batch.attention[static_cast<std::size_t>(gpu / tp)];
+    if (a.new_tokens.empty()) continue;
+    add_compute(g, gpu, Category::kAttention, slot, models::attention_time(profile_, arch_, a, tp), last_compute,
+                {ready[static_cast<std::size_t>(gpu)]});
+    ready[static_cast<std::size_t>(gpu)] = last_compute[static_cast<std::size_t>(gpu)];
+  }
+  tp_all_reduce();
+  if (moe) {
+    build_moe_layer(g, batch, li, in_.options.layer_chunks.empty() ? 1 : in_.options.layer_chunks[static_cast<std::size_t>(d)],
+                    slot, ready, last_compute, last_comm);
+    ++li;
+    return;
+  }
+  for (int gpu = 0; gpu < gpus; ++gpu) {
+    const long tokens = home_tokens[static_cast<std::size_t>(gpu / tp)];
+    if (tokens == 0) continue;
+    add_compute(g, gpu, Category::kDense, slot, models::dense_ffn_time(profile_, arch_, tokens, arch_.dense_ffn_size, tp),
+                last_compute, {ready[static_cast<std::size_t>(gpu)]});
+    ready[static_cast<std::size_t>(gpu)] = last_compute[static_cast<std::size_t>(gpu)];
+  }
+  tp_all_reduce();
+}
+
+double Replay::layer_param_bytes(int d) const {
+  const double h = arch_.hidden_size;
+  const auto& at = arch_.attention;
+  double attn = 0.0;
+  if (at.kind == "mla") {
+    const double qk = at.qk_nope_head_dim + at.qk_rope_head_dim;
+    attn += at.q_lora_rank > 0 ? h * at.q_lora_rank + static_cast<double>(at.q_lora_rank) * at.num_heads * qk
+                               : h * at.num_heads * qk;
+    attn += h * (at.kv_lora_rank + at.qk_rope_head_dim) +
+            static_cast<double>(at.kv_lora_rank) * at.num_heads * (at.qk_nope_head_dim + at.v_head_dim);
+    attn += static_cast<double>(at.num_heads) * at.v_head_dim * h;
+  } else {
+    attn = h * at.num_heads * at.head_dim * 2 + h * at.num_kv_heads * at.head_dim * 2;
+  }
+  const bool moe = std::find(arch_.moe_layers.begin(), arch_.moe_layers.end(), d) != arch_.moe_layers.end();
+  double ffn = 0.0;
+  if (moe) {
+    ffn = h * arch_.num_experts +  // router
+          static_cast<double>(arch_.num_shared_experts) * arch_.ffn_projections * h * arch_.shared_expert_ffn_size;
+  } else {
+    ffn = static_cast<double>(arch_.ffn_projections) * h * arch_.dense_ffn_size;
+  }
+  return (attn + ffn) * dtype_bytes_ / in_.tp;
+}
+
+void Replay::build_training_step(StepGraph& g) {
+  g.tasks.clear();
+  g.activities.clear();
+  const auto root = g.add(Task{});
+  const int gpus = in_.ep * in_.tp;
+  const Workload& w = *in_.workload;
+  const bool overlap = !in_.options.layer_chunks.empty() &&
+                       *std::max_element(in_.options.layer_chunks.begin(), in_.options.layer_chunks.end()) > 1;
+  const bool fsdp = w.gradient == GradientSync::kFsdp;
+  std::vector<std::uint32_t> ready(static_cast<std::size_t>(gpus), root), last_compute(static_cast<std::size_t>(gpus), root),
+      last_comm(static_cast<std::size_t>(gpus), root);
+  // The data-parallel group of each TP index: the GPUs holding the same parameter shard.
+  std::vector<std::vector<int>> dp_groups(static_cast<std::size_t>(in_.tp));
+  for (int gpu = 0; gpu < gpus; ++gpu) dp_groups[static_cast<std::size_t>(gpu % in_.tp)].push_back(gpu);
+
+  // A gradient or parameter collective of layer d on every DP group, on the communication stream.
+  // Overlapped: it waits only for its data and the stream; sequential: compute waits for it too.
+  auto layer_collective = [&](const char* op, int d, Category cat, bool blocks_compute) {
+    if (dp_groups.front().size() < 2) return;
+    const double bytes = layer_param_bytes(d);
+    std::vector<std::uint32_t> deps(static_cast<std::size_t>(gpus));
+    for (int gpu = 0; gpu < gpus; ++gpu) {
+      Task gate;
+      const auto id = g.add(std::move(gate));
+      g.edge(last_comm[static_cast<std::size_t>(gpu)], id);
+      // A parameter gather runs ahead of compute when overlapped; gradients wait for their layer.
+      if (std::string_view(op) != "all_gather" || !overlap) g.edge(ready[static_cast<std::size_t>(gpu)], id);
+      deps[static_cast<std::size_t>(gpu)] = id;
+    }
+    for (const auto& group : dp_groups) {
+      const auto j = add_ring_collective(g, group, op, bytes, d, deps, cat);
+      g.tasks[j].timeline = true;
+      g.tasks[j].gate = deps[static_cast<std::size_t>(group.front())];
+      for (int gpu : group) {
+        last_comm[static_cast<std::size_t>(gpu)] = j;
+        if (blocks_compute || !overlap) ready[static_cast<std::size_t>(gpu)] = j;
+      }
+    }
+  };
+
+  const long per_micro_sequences = std::max(1, w.batch / std::max(1, w.micro_batches));
+  for (int m = 0; m < w.micro_batches; ++m) {
+    StepBatch dense;
+    const StepBatch* batch = nullptr;
+    if (arch_.is_moe()) {
+      batch = &micro_[static_cast<std::size_t>(m)];
+    } else {
+      dense.attention.resize(static_cast<std::size_t>(in_.ep));
+      for (int r = 0; r < in_.ep; ++r) {
+        for (long sq = 0; sq < per_micro_sequences; ++sq) {
+          dense.attention[static_cast<std::size_t>(r)].new_tokens.push_back(w.sequence_length);
+          dense.attention[static_cast<std::size_t>(r)].context.push_back(0);
+        }
+        dense.home.insert(dense.home.end(), static_cast<std::size_t>(per_micro_sequences * w.sequence_length), r);
+      }
+      batch = &dense;
+    }
+    batch_tokens_ += batch->size();
+    std::vector<long> home_tokens(static_cast<std::size_t>(in_.ep), 0);
+    for (int h : batch->home) ++home_tokens[static_cast<std::size_t>(h)];
+    // Forward (FSDP gathers each layer's parameters first; overlapped, the gather runs ahead).
+    compute_scale_ = 1.0;
+    std::size_t li = 0;
+    for (int d = 0; d < arch_.num_layers; ++d) {
+      if (fsdp) layer_collective("all_gather", d, Category::kGradient, true);
+      build_layer(g, *batch, d, li, home_tokens, ready, last_compute, last_comm);
+    }
+    // Loss: the vocabulary projection forward and its two gradient GEMMs.
+    for (int gpu = 0; gpu < gpus; ++gpu) {
+      const long tokens = home_tokens[static_cast<std::size_t>(gpu / in_.tp)];
+      if (tokens == 0) continue;
+      const double n = static_cast<double>(arch_.vocab_size) / in_.tp;
+      models::ExpertWork head{3 * models::gemm_time(profile_, arch_.dtype, static_cast<double>(tokens), n, arch_.hidden_size),
+                              3 * models::gemm_flops(static_cast<double>(tokens), n, arch_.hidden_size)};
+      add_compute(g, gpu, Category::kHead, -1, head, last_compute, {ready[static_cast<std::size_t>(gpu)]});
+      ready[static_cast<std::size_t>(gpu)] = last_compute[static_cast<std::size_t>(gpu)];
+    }
+    // Backward, last layer first: twice the forward GEMMs, the reverse all-to-alls; gradients of the
+    // last micro-batch are reduced layer by layer (all-reduce, or FSDP's reduce-scatter).
+    compute_scale_ = 2.0;
+    for (int d = arch_.num_layers; d-- > 0;) {
+      if (fsdp) layer_collective("all_gather", d, Category::kGradient, true);
+      // build_layer treats d as MoE when the cursor points at it in the MoE layer list.
+      std::size_t cursor = static_cast<std::size_t>(
+          std::find(arch_.moe_layers.begin(), arch_.moe_layers.end(), d) - arch_.moe_layers.begin());
+      build_layer(g, *batch, d, cursor, home_tokens, ready, last_compute, last_comm);
+      if (m + 1 == w.micro_batches) layer_collective(fsdp ? "reduce_scatter" : "all_reduce", d, Category::kGradient, false);
+    }
+    compute_scale_ = 1.0;
+  }
+  const auto end = g.add(Task{});
+  for (int gpu = 0; gpu < gpus; ++gpu) {
+    g.edge(ready[static_cast<std::size_t>(gpu)], end);
+    g.edge(last_compute[static_cast<std::size_t>(gpu)], end);
+    g.edge(last_comm[static_cast<std::size_t>(gpu)], end);
+  }
+  step_end_task_ = end;
+}
+
+void Replay::build_step(StepGraph& g, const StepBatch* batch) {
+  g.tasks.clear();
+  g.activities.clear();
+  const auto root = g.add(Task{});
+  const int gpus = in_.ep * in_.tp;
+  std::vector<std::uint32_t> ready(static_cast<std::size_t>(gpus), root), last_compute(static_cast<std::size_t>(gpus), root),
+      last_comm(static_cast<std::size_t>(gpus), root);
+  const int tp = in_.tp;
+  std::vector<long> home_tokens(static_cast<std::size_t>(in_.ep), 0);
+  for (int h : batch->home) ++home_tokens[static_cast<std::size_t>(h)];
+
+  std::size_t li = 0;  // index of the next MoE layer in the trace / placement
+  for (int d = 0; d < arch_.num_layers; ++d) build_layer(g, *batch, d, li, home_tokens, ready, last_compute, last_comm);
+  // The vocabulary projection of each rank's tokens (vocabulary split by TP).
+  for (int gpu = 0; gpu < gpus; ++gpu) {
+    const long tokens = home_tokens[static_cast<std::size_t>(gpu / tp)];
+    if (tokens == 0) continue;
+    const double n = static_cast<double>(arch_.vocab_size) / tp;
+    models::ExpertWork w{models::gemm_time(profile_, arch_.dtype, static_cast<double>(tokens), n, arch_.hidden_size),
+                         models::gemm_flops(static_cast<double>(tokens), n, arch_.hidden_size)};
+    add_compute(g, gpu, Category::kHead, -1, w, last_compute, {ready[static_cast<std::size_t>(gpu)]});
+    ready[static_cast<std::size_t>(gpu)] = last_compute[static_cast<std::size_t>(gpu)];
+  }
+  const auto end = g.add(Task{});
+  for (int gpu = 0; gpu < gpus; ++gpu) {
+    g.edge(ready[static_cast<std::size_t>(gpu)], end);
+    g.edge(last_comm[static_cast<std::size_t>(gpu)], end);
+  }
+  step_end_task_ = end;
+}
+
+void Replay::build_synthetic_step(StepGraph& g) {
+  g.tasks.clear();
+  g.activities.clear();
+  const auto root = g.add(Task{});
+  const Workload& w = *in_.workload;
+  const int n = in_.ep * in_.tp;
+  std::vector<std::uint32_t> ready(static_cast<std::size_t>(n), root), last_compute(static_cast<std::size_t>(n), root);
+  std::uint32_t barrier = root;
+  const double part = w.synthetic_a2a_bytes / n;
+  // A synthetic compute phase counts, for the contention lookup, as a GEMM running at the dtype's peak.
+  const auto* table = profile_.gemm_table(arch_.dtype);
+  const double flops = w.synthetic_compute * (table && table->peak_flops > 0 ? table->peak_flops : 1e15);
+  for (int layer = 0; layer < w.synthetic_layers; ++layer) {
+    for (int phase = 0; phase < 2; ++phase) {
+      for (int gpu = 0; gpu < n; ++gpu)
+        add_compute(g, gpu, Category::kSynthetic, layer, models::ExpertWork{w.synthetic_compute, flops},
+                    last_compute, {barrier});
+      const auto next = g.add(Task{});
+      for (int src = 0; src < n; ++src) {
+        for (int dst = 0; dst < n; ++dst) {
+          if (src == dst || part <= 0.0) continue;
+          Task x;
+          x.kind = TaskKind::kTransfer;
+          x.category = phase == 0 ? Category::kDispatch : Category::kCombine;
+          x.gpu = src;
+          x.dst = dst;
+          x.amount = part;
+          x.op_bytes = w.synthetic_a2a_bytes;
+          x.layer = layer;
+          const auto id = g.add(std::move(x));
+          g.edge(w.synthetic_overlap ? barrier : last_compute[static_cast<std::size_t>(src)], id);
+          g.edge(id, next);
+        }
+        g.edge(last_compute[static_cast<std::size_t>(src)], next);
+      }
+      barrier = next;
+    }
+  }
+  step_end_task_ = g.add(Task{});
+  g.edge(barrier, step_end_task_);
+}
+
+void Replay::account_state(int gpu) {
+  auto& tr = track_[static_cast<std::size_t>(gpu)];
+  const double now = sg4::Engine::get_clock();
+  const double dt = now - tr.state_since;
+  if (measuring_ && dt > 0) {
+    auto& gr = result_.gpus[static_cast<std::size_t>(gpu)];
+    const double p = models::state_power(profile_, tr.state, arch_.dtype, in_.options.power_cap);
+    gr.energy += p * dt;
+    gr.peak_power = std::max(gr.peak_power, p);
+    if (tr.state == models::GpuState::kCompute || tr.state == models::GpuState::kBoth) gr.compute_busy += dt;
+    if (tr.state == models::GpuState::kComm || tr.state == models::GpuState::kBoth) gr.comm_busy += dt;
+    if (tr.state == models::GpuState::kBoth) gr.both_busy += dt;
+  }
+  tr.state_since = now;
+  const bool c = tr.compute != nullptr, m = tr.comm_active > 0;
+  tr.state = c && m ? models::GpuState::kBoth : c ? models::GpuState::kCompute : m ? models::GpuState::kComm : models::GpuState::kIdle;
+}
+
+void Replay::refresh_contention(int gpu) {
+  if (!in_.options.contention) return;
+  auto& tr = track_[static_cast<std::size_t>(gpu)];
+  if (tr.compute && tr.comm_active > 0 && tr.last_comm) {
+    const auto s = models::contention(profile_, tr.last_comm->comm_op, tr.last_comm->op_bytes, tr.compute->flops);
+    platform_->set_compute_slowdown(gpu, s.compute);
+    platform_->set_comm_slowdown(gpu, s.comm);
+  } else {
+    platform_->set_compute_slowdown(gpu, 1.0);
+    platform_->set_comm_slowdown(gpu, 1.0);
+  }
+}
+
+void Replay::start_task(std::uint32_t id) {
+  StepGraph& g = *current_;
+  Task& t = g.tasks[id];
+  t.start = sg4::Engine::get_clock();
+  switch (t.kind) {
+    case TaskKind::kJoin:
+      worklist_.push_back(id);  // completes at once
+      return;
+    case TaskKind::kCompute: {
+      if (t.amount <= 0.0) {
+        worklist_.push_back(id);
+        return;
+      }
+      auto& tr = track_[static_cast<std::size_t>(t.gpu)];
+      tr.compute = &t;
+      account_state(t.gpu);
+      refresh_contention(t.gpu);
+      sg4::ExecPtr exec = sg4::Exec::init();
+      exec->set_host(platform_->host(t.gpu));
+      exec->set_flops_amount(t.amount * kHostSpeed);
+      exec->set_data(reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
+      exec->start();
+      g.activities.push_back(exec);
+      ++result_.activities;
+      return;
+    }
+    case TaskKind::kTransfer: {
+      if (t.amount <= 0.0 || t.gpu == t.dst) {
+        worklist_.push_back(id);
+        return;
+      }
+      for (int gpu : {t.gpu, t.dst}) {
+        auto& tr = track_[static_cast<std::size_t>(gpu)];
+        ++tr.comm_active;
+        tr.last_comm = &t;
+        account_state(gpu);
+        refresh_contention(gpu);
+        if (t.layer >= 0 && measuring_) {
+          const std::size_t k = static_cast<std::size_t>(gpu) * layer_ids_.size() + static_cast<std::size_t>(t.layer);
+          if (a2a_active_[k]++ == 0) a2a_since_[k] = t.start;
+        }
+      }
+      if (measuring_) result_.traffic[static_cast<std::size_t>(t.gpu)][static_cast<std::size_t>(t.dst)] += t.amount;
+      sg4::CommPtr comm = sg4::Comm::sendto_init(platform_->host(t.gpu), platform_->host(t.dst));
+      comm->set_payload_size(static_cast<std::uint64_t>(std::llround(t.amount)));
+      comm->set_data(reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
+      comm->start();
+      g.activities.push_back(comm);
+      ++result_.activities;
+      return;
+    }
+  }
+}
+
+void Replay::complete(std::uint32_t first) {
+  worklist_.push_back(first);
+  if (draining_) return;
+  draining_ = true;
+  while (!worklist_.empty()) {
+    const std::uint32_t id = worklist_.back();
+    worklist_.pop_back();
+    StepGraph& g = *current_;
+    Task& t = g.tasks[id];
+    t.end = sg4::Engine::get_clock();
+    if (t.kind == TaskKind::kCompute && t.amount > 0.0) {
+      auto& tr = track_[static_cast<std::size_t>(t.gpu)];
+      tr.compute = nullptr;
+      account_state(t.gpu);
+      refresh_contention(t.gpu);
+      if (measuring_) {
+        result_.compute_actual += t.end - t.start;
+        result_.compute_alone += t.amount;
+        if (t.category == Category::kExpert && t.layer >= 0)
+          token_time_[static_cast<std::size_t>(t.gpu) * layer_ids_.size() + static_cast<std::size_t>(t.layer)] += t.end - t.start;
+      }
+    } else if (t.kind == TaskKind::kTransfer && t.amount > 0.0 && t.gpu != t.dst) {
+      for (int gpu : {t.gpu, t.dst}) {
+        auto& tr = track_[static_cast<std::size_t>(gpu)];
+        --tr.comm_active;
+        if (tr.last_comm == &t) tr.last_comm = nullptr;
+        account_state(gpu);
+        refresh_contention(gpu);
+        if (t.layer >= 0 && measuring_) {
+          const std::size_t k = static_cast<std::size_t>(gpu) * layer_ids_.size() + static_cast<std::size_t>(t.layer);
+          if (--a2a_active_[k] == 0) a2a_time_[k] += t.end - a2a_since_[k];
+        }
+      }
+    }
+    if (measuring_ && step_index_ <= in_.options.warmup_steps + in_.options.timeline_steps &&
+        ((t.kind == TaskKind::kCompute && t.amount > 0) || (t.kind == TaskKind::kJoin && t.timeline))) {
+      const double begin = t.kind == TaskKind::kJoin ? g.tasks[t.gate].start : t.start;
+      const int layer = t.layer >= 0 ? layer_ids_[static_cast<std::size_t>(t.layer)] : -1;
+      result_.timeline.push_back({{"name", std::string(category_name(t.category)) + (layer >= 0 ? " L" + std::to_string(layer) : "")},
+                                  {"cat", category_name(t.category)},
+                                  {"ph", "X"},
+                                  {"ts", begin * 1e6},
+                                  {"dur", (t.end - begin) * 1e6},
+                                  {"pid", t.gpu},
+                                  {"tid", t.kind == TaskKind::kCompute ? 0 : 1},
+                                  {"args", {{"step", step_index_ - 1}}}});
+    }
+    for (auto s : t.succ)
+      if (--g.tasks[s].pending == 0) start_task(s);
+    if (id == step_end_task_) {
+      const double latency = t.end - step_start_;
+      if (measuring_) {
+        result_.step_latency.push_back(latency);
+        result_.tokens += batch_tokens_;
+        const std::size_t L = layer_ids_.size();
+        const int G = static_cast<int>(track_.size());
+        for (std::size_t l = 0; l < L; ++l) {
+          double tt = 0, ta = 0, at = 0, aa = 0;
+          for (int gpu = 0; gpu < G; ++gpu) {
+            const double tok = token_time_[static_cast<std::size_t>(gpu) * L + l];
+            const double a2a = a2a_time_[static_cast<std::size_t>(gpu) * L + l];
+            tt = std::max(tt, tok);
+            ta += tok / G;
+            at = std::max(at, a2a);
+            aa += a2a / G;
+          }
+          layer_sums_[l * 4 + 0] += tt;
+          layer_sums_[l * 4 + 1] += ta;
+          layer_sums_[l * 4 + 2] += at;
+          layer_sums_[l * 4 + 3] += aa;
+        }
+        for (std::size_t i = 0; i < rank_tokens_step_.size(); ++i) rank_token_sums_[i] += rank_tokens_step_[i];
+      }
+      if (step_index_ < total_steps_) start_step();
+    }
+  }
+  draining_ = false;
+}
+
+void Replay::start_step() {
+  // Activities of the step before the previous one are no longer referenced by the engine.
+  previous_ = std::move(current_);
+  current_ = std::make_unique<StepGraph>();
+  for (int gpu = 0; gpu < static_cast<int>(track_.size()); ++gpu) account_state(gpu);
+  measuring_ = step_index_ >= in_.options.warmup_steps;
+  std::fill(token_time_.begin(), token_time_.end(), 0.0);
+  std::fill(a2a_time_.begin(), a2a_time_.end(), 0.0);
+  std::fill(a2a_active_.begin(), a2a_active_.end(), 0);
+  std::fill(rank_tokens_step_.begin(), rank_tokens_step_.end(), 0.0);
+  batch_tokens_ = 0;
+  if (in_.workload->mode == WorkloadMode::kSynthetic) {
+    batch_.clear();
+    build_synthetic_step(*current_);
+  } else if (in_.workload->mode == WorkloadMode::kTraining) {
+    micro_.assign(arch_.is_moe() ? static_cast<std::size_t>(in_.workload->micro_batches) : 0, StepBatch{});
+    for (auto& mb : micro_)
+      if (!in_.steps->next(mb)) throw common::RunError("the workload ran out of steps");
+    build_training_step(*current_);
+    micro_.clear();
+  } else {
+    if (!in_.steps->next(batch_)) throw common::RunError("the workload ran out of steps");
+    build_step(*current_, &batch_);
+    batch_tokens_ = batch_.size();
+  }
+  ++step_index_;
+  step_start_ = sg4::Engine::get_clock();
+  // The root has no predecessors.
+  worklist_.clear();
+  start_task(0);
+  if (!draining_) {
+    // Outside a completion callback (the first step): drain here.
+    const auto first = worklist_.back();
+    worklist_.pop_back();
+    complete(first);
+  }
+}
+
+SimResult Replay::run() {
+  const auto wall0 = std::chrono::steady_clock::now();
+  xbt_log_control_set("root.thres:critical");
+  std::vector<std::string> args{"moesim", "--cfg=network/model:CM02", "--cfg=network/TCP-gamma:0",
+                                "--cfg=network/crosstraffic:0"};
+  for (const auto& c : in_.options.simgrid_cfg) args.push_back("--cfg=" + c);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  argv.push_back(nullptr);
+  sg4::Engine engine(&argc, argv.data());
+
+  speed_factor_ = models::cap_speed_factor(profile_, in_.options.power_cap);
+  dtype_bytes_ = models::dtype_bytes(arch_.dtype);
+  platform_ = std::make_unique<Platform>(cluster_, profile_, 1.0);  // the cap scales task amounts instead
+
+  const int gpus = in_.ep * in_.tp;
+  if (gpus > cluster_.total_gpus())
+    throw common::InputError("EP x TP = " + std::to_string(gpus) + " GPUs, but cluster " + cluster_.name + " has " +
+                             std::to_string(cluster_.total_gpus()));
+  track_.assign(static_cast<std::size_t>(gpus), GpuTrack{});
+  result_ = SimResult{};
+  result_.label = in_.options.label;
+  result_.gpus.assign(static_cast<std::size_t>(gpus), GpuResult{});
+  result_.traffic.assign(static_cast<std::size_t>(gpus), std::vector<double>(static_cast<std::size_t>(gpus), 0.0));
+  if (in_.workload->mode == WorkloadMode::kSynthetic) {
+    for (int l = 0; l < in_.workload->synthetic_layers; ++l) {
+      layer_ids_.push_back(l);
+      layer_moe_.push_back(1);
+    }
+  } else {
+    std::size_t li = 0;
+    for (int d = 0; d < arch_.num_layers; ++d) {
+      layer_ids_.push_back(d);
+      const bool moe = li < arch_.moe_layers.size() && arch_.moe_layers[li] == d;
+      layer_moe_.push_back(moe ? 1 : 0);
+      if (moe) ++li;
+    }
+  }
+  const std::size_t L = layer_ids_.size();
+  token_time_.assign(static_cast<std::size_t>(gpus) * L, 0.0);
+  a2a_time_.assign(static_cast<std::size_t>(gpus) * L, 0.0);
+  a2a_since_.assign(static_cast<std::size_t>(gpus) * L, 0.0);
+  a2a_active_.assign(static_cast<std::size_t>(gpus) * L, 0);
+  rank_tokens_step_.assign(L * static_cast<std::size_t>(in_.ep), 0.0);
+  rank_token_sums_.assign(L * static_cast<std::size_t>(in_.ep), 0.0);
+  layer_sums_.assign(L * 4, 0.0);
+  total_steps_ = in_.options.warmup_steps + in_.options.steps;
+
+  sg4::Activity::on_completion_cb([this](const sg4::Activity& a) {
+    auto* data = a.get_data<void>();
+    if (data == nullptr) return;
+    complete(static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(data) - 1));
+  });
+  start_step();
+  engine.run();
+  if (static_cast<int>(result_.step_latency.size()) != in_.options.steps)
+    throw common::RunError("the simulation ended after " + std::to_string(result_.step_latency.size()) + " of " +
+                           std::to_string(in_.options.steps) + " measured steps (a dependency was never met)");
+  for (int gpu = 0; gpu < gpus; ++gpu) account_state(gpu);
+
+  const double steps = std::max(1, in_.options.steps);
+  for (std::size_t l = 0; l < L; ++l) {
+    LayerResult lr;
+    lr.layer = layer_ids_[l];
+    lr.moe = layer_moe_[l] != 0;
+    lr.chunks = in_.options.layer_chunks.empty() ? 1 : in_.options.layer_chunks[std::min(l, in_.options.layer_chunks.size() - 1)];
+    lr.token_tail = layer_sums_[l * 4 + 0] / steps;
+    lr.token_avg = layer_sums_[l * 4 + 1] / steps;
+    lr.a2a_tail = layer_sums_[l * 4 + 2] / steps;
+    lr.a2a_avg = layer_sums_[l * 4 + 3] / steps;
+    for (int r = 0; r < in_.ep; ++r) lr.rank_tokens.push_back(rank_token_sums_[l * static_cast<std::size_t>(in_.ep) + static_cast<std::size_t>(r)] / steps);
+    result_.layers.push_back(std::move(lr));
+  }
+  result_.measured_time = std::accumulate(result_.step_latency.begin(), result_.step_latency.end(), 0.0);
+  result_.trace_repeated = in_.steps != nullptr && in_.steps->repeated();
+  result_.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return std::move(result_);
+}
+
+}  // namespace
+
+SimResult simulate(const SimInput& input) {
+  Replay replay(input);
+  return replay.run();
+}
+
+}  // namespace moesim::sim

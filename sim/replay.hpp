@@ -1,0 +1,97 @@
+// One simulation: a workload replayed on a cluster's SimGrid platform under one overlap schedule
+// (docs/simulator.md). Each step becomes a graph of compute tasks (SimGrid Execs on the GPU's host,
+// in stream order) and transfers (SimGrid Comms between GPU hosts) started lazily as their
+// predecessors complete. Contention lives in the engine: while a transfer touches a GPU that is
+// computing, that GPU's compute runs at the profile's slowed rate (host pstate) and its ports carry
+// the slowed bandwidth, and both recover the moment the overlap ends.
+// simulate() creates a SimGrid engine: call it once per process (run_isolated() forks for that).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/architecture.hpp"
+#include "models/cluster.hpp"
+#include "models/profile.hpp"
+#include "sim/placement.hpp"
+#include "sim/study.hpp"
+#include "sim/workload.hpp"
+
+namespace moesim::sim {
+
+struct SimOptions {
+  std::vector<int> layer_chunks;  // per decoder layer: chunks of its MoE all-to-all (1 = sequential)
+  bool contention = true;         // false: the ideal timeline
+  DispatchMode dispatch = DispatchMode::kFlat;
+  double power_cap = 0.0;         // W, 0 = none
+  int steps = 1;                  // measured steps
+  int warmup_steps = 0;           // simulated first, not measured
+  int timeline_steps = 0;         // steps recorded in the Chrome-trace timeline (0 = none)
+  std::vector<std::string> simgrid_cfg;
+  std::string label;              // "overlapped", "ideal", ... for reports
+};
+
+struct SimInput {
+  const models::Architecture* arch = nullptr;
+  const models::Cluster* cluster = nullptr;
+  const models::Profile* profile = nullptr;
+  const Placement* placement = nullptr;  // MoE workloads
+  int tp = 1;
+  int ep = 1;
+  const Workload* workload = nullptr;
+  StepSource* steps = nullptr;  // prefill/decode
+  SimOptions options;
+};
+
+struct LayerResult {
+  int layer = 0;  // decoder-layer index (synthetic: layer number)
+  bool moe = false;
+  int chunks = 1;
+  // Means over measured steps of, per GPU, the time spent computing routed experts (token processing)
+  // and the time with an all-to-all transfer of this layer in flight (all-to-all): max over GPUs
+  // (tail) and mean over GPUs (avg), as MoETuner reports them.
+  double token_tail = 0.0, token_avg = 0.0;
+  double a2a_tail = 0.0, a2a_avg = 0.0;
+  std::vector<double> rank_tokens;  // mean tokens processed per EP rank per step
+};
+
+struct GpuResult {
+  double energy = 0.0;         // J over the measured steps
+  double compute_busy = 0.0;   // s
+  double comm_busy = 0.0;      // s with any transfer in flight
+  double both_busy = 0.0;      // s computing while communicating
+  double peak_power = 0.0;     // W, highest state power visited
+};
+
+struct SimResult {
+  std::string label;
+  std::vector<double> step_latency;  // s, measured steps
+  std::vector<LayerResult> layers;
+  std::vector<GpuResult> gpus;
+  std::vector<std::vector<double>> traffic;  // bytes [src GPU][dst GPU], measured steps
+  double measured_time = 0.0;    // s, sum of measured step latencies
+  double compute_actual = 0.0;   // s, summed over compute tasks of measured steps, as simulated
+  double compute_alone = 0.0;    // s, the same tasks without contention
+  std::uint64_t tokens = 0;      // tokens in measured steps
+  std::uint64_t activities = 0;  // SimGrid activities started (all steps)
+  bool trace_repeated = false;
+  double wall_seconds = 0.0;
+  nlohmann::json timeline = nlohmann::json::array();  // Chrome-trace events
+};
+
+SimResult simulate(const SimInput& input);
+// Runs `fn` in a forked child (one SimGrid engine per process) and returns its result; a child that
+// fails reports its error message, rethrown here as the same error class.
+SimResult run_isolated(const std::function<SimResult()>& fn);
+// Runs several in parallel, at most `jobs` children at once; results in the order of `fns`. The
+// first failure is rethrown after every started child has ended.
+std::vector<SimResult> run_isolated_all(const std::vector<std::function<SimResult()>>& fns, int jobs);
+
+nlohmann::json to_json(const SimResult& r);
+SimResult sim_result_from_json(const nlohmann::json& j);
+
+}  // namespace moesim::sim

@@ -1,0 +1,194 @@
+// Serialisation of simulation results (for the forked-child hand-over and the result files), and
+// the fork wrapper: SimGrid keeps global state per process, so every simulation runs in its own child.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <algorithm>
+#include <string>
+
+#include "common/error.hpp"
+#include "sim/replay.hpp"
+
+namespace moesim::sim {
+
+nlohmann::json to_json(const SimResult& r) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& l : r.layers)
+    layers.push_back({{"layer", l.layer},
+                      {"moe", l.moe},
+                      {"chunks", l.chunks},
+                      {"token_tail_s", l.token_tail},
+                      {"token_avg_s", l.token_avg},
+                      {"a2a_tail_s", l.a2a_tail},
+                      {"a2a_avg_s", l.a2a_avg},
+                      {"rank_tokens", l.rank_tokens}});
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const auto& g : r.gpus)
+    gpus.push_back({{"energy_J", g.energy},
+                    {"compute_busy_s", g.compute_busy},
+                    {"comm_busy_s", g.comm_busy},
+                    {"both_busy_s", g.both_busy},
+                    {"peak_power_W", g.peak_power}});
+  return {{"label", r.label},
+          {"step_latency_s", r.step_latency},
+          {"layers", layers},
+          {"gpus", gpus},
+          {"traffic_bytes", r.traffic},
+          {"measured_time_s", r.measured_time},
+          {"compute_actual_s", r.compute_actual},
+          {"compute_alone_s", r.compute_alone},
+          {"tokens", r.tokens},
+          {"activities", r.activities},
+          {"trace_repeated", r.trace_repeated},
+          {"wall_s", r.wall_seconds},
+          {"timeline", r.timeline}};
+}
+
+SimResult sim_result_from_json(const nlohmann::json& j) {
+  SimResult r;
+  r.label = j.at("label").get<std::string>();
+  r.step_latency = j.at("step_latency_s").get<std::vector<double>>();
+  for (const auto& l : j.at("layers")) {
+    LayerResult x;
+    x.layer = l.at("layer").get<int>();
+    x.moe = l.at("moe").get<bool>();
+    x.chunks = l.at("chunks").get<int>();
+    x.token_tail = l.at("token_tail_s").get<double>();
+    x.token_avg = l.at("token_avg_s").get<double>();
+    x.a2a_tail = l.at("a2a_tail_s").get<double>();
+    x.a2a_avg = l.at("a2a_avg_s").get<double>();
+    x.rank_tokens = l.at("rank_tokens").get<std::vector<double>>();
+    r.layers.push_back(std::move(x));
+  }
+  for (const auto& g : j.at("gpus")) {
+    GpuResult x;
+    x.energy = g.at("energy_J").get<double>();
+    x.compute_busy = g.at("compute_busy_s").get<double>();
+    x.comm_busy = g.at("comm_busy_s").get<double>();
+    x.both_busy = g.at("both_busy_s").get<double>();
+    x.peak_power = g.at("peak_power_W").get<double>();
+    r.gpus.push_back(x);
+  }
+  r.traffic = j.at("traffic_bytes").get<std::vector<std::vector<double>>>();
+  r.measured_time = j.at("measured_time_s").get<double>();
+  r.compute_actual = j.at("compute_actual_s").get<double>();
+  r.compute_alone = j.at("compute_alone_s").get<double>();
+  r.tokens = j.at("tokens").get<std::uint64_t>();
+  r.activities = j.at("activities").get<std::uint64_t>();
+  r.trace_repeated = j.at("trace_repeated").get<bool>();
+  r.wall_seconds = j.at("wall_s").get<double>();
+  r.timeline = j.at("timeline");
+  return r;
+}
+
+namespace {
+
+struct Child {
+  pid_t pid = -1;
+  std::string file;
+  std::size_t index = 0;
+};
+
+// Forks a child that runs `fn` and leaves its result (or error) as JSON in a temporary file.
+Child start_child(const std::function<SimResult()>& fn, std::size_t index) {
+  char path[] = "/tmp/moesim-sim-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) throw common::RunError(std::string("cannot create a temporary file: ") + std::strerror(errno));
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fd);
+    unlink(path);
+    throw common::RunError(std::string("fork failed: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    nlohmann::json out;
+    try {
+      out = {{"ok", to_json(fn())}};
+    } catch (const common::InputError& e) {
+      out = {{"error", {{"class", "input"}, {"message", e.what()}}}};
+    } catch (const common::RunError& e) {
+      out = {{"error", {{"class", "run"}, {"message", e.what()}}}};
+    } catch (const std::exception& e) {
+      out = {{"error", {{"class", "internal"}, {"message", e.what()}}}};
+    }
+    const std::string text = out.dump();
+    std::size_t off = 0;
+    while (off < text.size()) {
+      const ssize_t n = write(fd, text.data() + off, text.size() - off);
+      if (n <= 0) _exit(3);
+      off += static_cast<std::size_t>(n);
+    }
+    close(fd);
+    _exit(0);
+  }
+  close(fd);
+  return Child{pid, path, index};
+}
+
+SimResult finish_child(const Child& c, int status) {
+  std::string text;
+  if (FILE* f = std::fopen(c.file.c_str(), "rb")) {
+    char buf[1 << 16];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    std::fclose(f);
+  }
+  unlink(c.file.c_str());
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty())
+    throw std::runtime_error("the simulation process died (" +
+                             std::string(WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "no result") + ")");
+  const auto j = nlohmann::json::parse(text);
+  if (j.contains("error")) {
+    const auto cls = j["error"]["class"].get<std::string>();
+    const auto msg = j["error"]["message"].get<std::string>();
+    if (cls == "input") throw common::InputError(msg);
+    if (cls == "run") throw common::RunError(msg);
+    throw std::runtime_error(msg);
+  }
+  return sim_result_from_json(j.at("ok"));
+}
+
+}  // namespace
+
+SimResult run_isolated(const std::function<SimResult()>& fn) { return run_isolated_all({fn}, 1).front(); }
+
+std::vector<SimResult> run_isolated_all(const std::vector<std::function<SimResult()>>& fns, int jobs) {
+  std::vector<SimResult> results(fns.size());
+  std::vector<Child> running;
+  std::size_t next = 0;
+  std::exception_ptr first_error;
+  jobs = std::max(1, jobs);
+  while (next < fns.size() || !running.empty()) {
+    while (!first_error && next < fns.size() && static_cast<int>(running.size()) < jobs) {
+      running.push_back(start_child(fns[next], next));
+      ++next;
+    }
+    if (running.empty()) break;
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      throw common::RunError(std::string("waitpid failed: ") + std::strerror(errno));
+    }
+    auto it = std::find_if(running.begin(), running.end(), [&](const Child& c) { return c.pid == pid; });
+    if (it == running.end()) continue;
+    const Child c = *it;
+    running.erase(it);
+    try {
+      results[c.index] = finish_child(c, status);
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
+  return results;
+}
+
+}  // namespace moesim::sim

@@ -1,0 +1,536 @@
+#include "sim/runner.hpp"
+
+#include <unistd.h>
+#include <xbt/base.h>
+#include <simgrid/version.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <iomanip>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include "common/build_info.hpp"
+#include "common/error.hpp"
+#include "common/files.hpp"
+#include "common/hash.hpp"
+#include "models/costs.hpp"
+#include "traces/trace.hpp"
+
+namespace moesim::sim {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct Inputs {
+  models::Architecture arch;
+  models::Cluster cluster;
+  models::Profile profile;
+  Placement placement;
+  bool has_placement = false;
+  int ep = 1;
+  int tp = 1;
+  std::string trace_sha256;
+};
+
+// Prefill, decode and MoE training replay a trace; dense training and synthetic workloads need none.
+bool needs_trace(const Scenario& s, const models::Architecture& arch) {
+  if (s.workload.mode == WorkloadMode::kSynthetic) return false;
+  if (s.workload.mode == WorkloadMode::kTraining) return arch.is_moe();
+  return true;
+}
+
+Inputs load_inputs(const Scenario& s) {
+  Inputs in;
+  in.arch = models::load_architecture(s.architecture);
+  in.cluster = models::load_cluster(s.cluster);
+  in.profile = models::load_profile(s.profile.empty() ? in.cluster.gpu_kind : s.profile);
+  in.tp = s.tp;
+  in.ep = s.ep > 0 ? s.ep : in.cluster.total_gpus() / std::max(1, s.tp);
+  if (in.ep * in.tp > in.cluster.total_gpus())
+    throw common::InputError("ep x tp = " + std::to_string(in.ep * in.tp) + " GPUs, but cluster " + in.cluster.name +
+                             " has " + std::to_string(in.cluster.total_gpus()));
+  if (needs_trace(s, in.arch)) {
+    if (!in.arch.is_moe())
+      throw common::InputError("architecture " + in.arch.name + " is dense: prefill and decode replay a routing trace of an MoE model");
+    if (s.trace.empty()) throw common::InputError("workload.mode " + workload_mode_name(s.workload.mode) + " needs a trace");
+    in.trace_sha256 = common::sha256_file(s.trace);
+    auto reader = traces::open_trace(s.trace);
+    const auto& shape = reader->meta().shape;
+    if (shape.layers != in.arch.moe_layers || shape.num_experts != in.arch.num_experts || shape.top_k != in.arch.top_k)
+      throw common::InputError(s.trace + ": the trace's routing shape (" + std::to_string(shape.layers.size()) + " MoE layers, " +
+                               std::to_string(shape.num_experts) + " experts, top-" + std::to_string(shape.top_k) +
+                               ") does not match architecture " + in.arch.name + " (" +
+                               std::to_string(in.arch.moe_layers.size()) + " MoE layers, " +
+                               std::to_string(in.arch.num_experts) + " experts, top-" + std::to_string(in.arch.top_k) + ")");
+    if (!s.placement.file.empty()) {
+      in.placement = load_placement(s.placement.file);
+      validate_placement(in.placement, in.arch, s.placement.file);
+      if (in.placement.ep != in.ep)
+        throw common::InputError(s.placement.file + ": the placement is for " + std::to_string(in.placement.ep) +
+                                 " EP ranks, the scenario runs " + std::to_string(in.ep));
+    } else {
+      const auto registry = default_placement_registry();
+      const auto policy = registry.create(s.placement.policy);
+      RoutingCounts routing;
+      if (policy->needs_routing()) {
+        auto r = traces::open_trace(s.trace);
+        routing = count_routing(*r, in.trace_sha256);
+      }
+      PlacementOptions opts;
+      opts.replicas = s.placement.replicas;
+      opts.groups = s.placement.groups;
+      opts.seed = s.seed;
+      PlacementInput pin{in.arch, in.cluster, in.ep, in.tp, policy->needs_routing() ? &routing : nullptr, opts};
+      in.placement = policy->place(pin);
+      validate_placement(in.placement, in.arch, "placement policy " + s.placement.policy);
+    }
+    in.has_placement = true;
+  }
+  return in;
+}
+
+std::unique_ptr<StepSource> make_source(const Scenario& s, traces::TraceReader& reader, int dp) {
+  if (s.workload.mode == WorkloadMode::kDecode) return make_decode_source(reader, dp, s.workload.batch_sequences);
+  return make_prefill_source(reader, dp, s.workload.tokens_per_step);
+}
+
+// Per MoE layer, sequential or overlapped with 2 or 4 chunks: a two-stream pipeline estimate on the
+// first step's routing, with the profile's contention factors, for the slowest EP rank.
+std::vector<int> choose_auto_chunks(const Scenario& s, const Inputs& in, nlohmann::json& decisions) {
+  auto reader = traces::open_trace(s.trace);
+  auto source = make_source(s, *reader, in.ep);
+  StepBatch batch;
+  source->next(batch);
+  const auto& arch = in.arch;
+  const std::size_t L = arch.moe_layers.size();
+  const int k = arch.top_k;
+  const double token_bytes = arch.hidden_size * models::dtype_bytes(arch.dtype) / in.tp;
+  std::vector<int> chunks(static_cast<std::size_t>(arch.num_layers), 1);
+  const double bw = in.cluster.bandwidth_between(0, std::min(1, in.cluster.total_gpus() - 1)) *
+                    in.profile.nvlink.bandwidth_efficiency;
+  for (std::size_t li = 0; li < L; ++li) {
+    // Tokens per (rank, expert) and bytes each rank sends.
+    std::vector<std::vector<long>> per_expert(static_cast<std::size_t>(in.ep), std::vector<long>(static_cast<std::size_t>(arch.num_experts), 0));
+    std::vector<double> out_bytes(static_cast<std::size_t>(in.ep), 0.0);
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const int h = batch.home[i];
+      std::vector<int> dests;
+      for (int j = 0; j < k; ++j) {
+        const int e = batch.experts[(i * L + li) * static_cast<std::size_t>(k) + static_cast<std::size_t>(j)];
+        const auto& holders = in.placement.ranks[li][static_cast<std::size_t>(e)];
+        const int r = std::find(holders.begin(), holders.end(), h) != holders.end() ? h : holders[batch.token_index[i] % holders.size()];
+        ++per_expert[static_cast<std::size_t>(r)][static_cast<std::size_t>(e)];
+        if (r != h && std::find(dests.begin(), dests.end(), r) == dests.end()) dests.push_back(r);
+      }
+      out_bytes[static_cast<std::size_t>(h)] += static_cast<double>(dests.size()) * token_bytes;
+    }
+    nlohmann::json cand = nlohmann::json::object();
+    double best = std::numeric_limits<double>::infinity();
+    int best_n = 1;
+    for (int n : {1, 2, 4}) {
+      double worst = 0.0;
+      for (int r = 0; r < in.ep; ++r) {
+        std::vector<long> chunk_tokens;
+        for (long t : per_expert[static_cast<std::size_t>(r)])
+          if (t > 0) chunk_tokens.push_back(std::max<long>(1, (t + n - 1) / n));
+        const auto work = models::grouped_expert_time(in.profile, arch, chunk_tokens, in.tp);
+        const double comm = out_bytes[static_cast<std::size_t>(r)] / n / bw + in.cluster.latency_between(0, 1);
+        const auto slow = n > 1 ? models::contention(in.profile, "all_to_all", out_bytes[static_cast<std::size_t>(r)] / n, work.flops)
+                                : models::Slowdown{};
+        // Pipeline: dispatch chunks back to back; compute chunk i after dispatch i; combine i after
+        // compute i, on the same stream as the dispatches.
+        double comm_free = 0.0, compute_free = 0.0, end = 0.0;
+        std::vector<double> dispatched(static_cast<std::size_t>(n));
+        for (int i = 0; i < n; ++i) {
+          comm_free += comm * (n > 1 && i > 0 ? slow.comm : 1.0);
+          dispatched[static_cast<std::size_t>(i)] = comm_free;
+        }
+        for (int i = 0; i < n; ++i) {
+          const double start = std::max(compute_free, dispatched[static_cast<std::size_t>(i)]);
+          const bool overlapped = n > 1 && (i + 1 < n || i > 0);
+          compute_free = start + work.time * (overlapped ? slow.compute : 1.0);
+          comm_free = std::max(comm_free, compute_free) + comm * (n > 1 && i + 1 < n ? slow.comm : 1.0);
+          end = comm_free;
+        }
+        worst = std::max(worst, end);
+      }
+      cand[std::to_string(n)] = worst;
+      if (worst < best * (1.0 - 1e-9)) {
+        best = worst;
+        best_n = n;
+      }
+    }
+    chunks[static_cast<std::size_t>(arch.moe_layers[li])] = best_n;
+    decisions.push_back({{"layer", arch.moe_layers[li]},
+                         {"chosen", best_n == 1 ? "sequential" : "overlapped-" + std::to_string(best_n)},
+                         {"estimated_s", cand},
+                         {"why", best_n == 1 ? "overlap does not pay: contention and per-chunk launch floors outweigh the hidden communication"
+                                             : "the hidden all-to-all outweighs the contention slowdown and the chunking cost"}});
+  }
+  return chunks;
+}
+
+// The simulation of one timeline, to run in a child process (captures by value).
+std::function<SimResult()> timeline_job(const Scenario& s, const Inputs& in, std::vector<int> chunks, bool contention,
+                                        std::string label) {
+  return [&s, &in, chunks = std::move(chunks), contention, label = std::move(label)]() {
+    std::unique_ptr<traces::TraceReader> reader;
+    std::unique_ptr<StepSource> source;
+    if (needs_trace(s, in.arch)) {
+      reader = traces::open_trace(s.trace);
+      source = make_source(s, *reader, in.ep);
+    }
+    SimInput si;
+    si.arch = &in.arch;
+    si.cluster = &in.cluster;
+    si.profile = &in.profile;
+    si.placement = in.has_placement ? &in.placement : nullptr;
+    si.tp = in.tp;
+    si.ep = in.ep;
+    si.workload = &s.workload;
+    si.steps = source.get();
+    si.options.layer_chunks = chunks;
+    si.options.contention = contention;
+    si.options.dispatch = s.dispatch;
+    si.options.power_cap = s.power_cap;
+    si.options.steps = s.workload.steps;
+    si.options.warmup_steps = s.workload.warmup_steps;
+    si.options.timeline_steps = 3;
+    si.options.simgrid_cfg = s.simgrid_cfg;
+    si.options.label = label;
+    return simulate(si);
+  };
+}
+
+double mean_over_moe(const SimResult& r, double LayerResult::*field) {
+  double sum = 0;
+  int n = 0;
+  for (const auto& l : r.layers)
+    if (l.moe) {
+      sum += l.*field;
+      ++n;
+    }
+  return n ? sum / n : 0.0;
+}
+
+std::string num(double v) {
+  if (std::isnan(v)) return "";
+  std::ostringstream ss;
+  ss << std::setprecision(17) << v;
+  return ss.str();
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string placement_label(const Scenario& s) {
+  return s.placement.file.empty() ? s.placement.policy : fs::path(s.placement.file).filename().string();
+}
+
+}  // namespace
+
+int parallel_jobs() {
+  if (const char* env = std::getenv("MOESIM_JOBS"); env && *env) {
+    const int n = std::atoi(env);
+    if (n >= 1) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return kNaN;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const auto hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+VariantResult run_variant(const Variant& variant, const std::function<void(const std::string&)>& progress) {
+  const Scenario& s = variant.scenario;
+  VariantResult out;
+  out.name = variant.name;
+  out.scenario = s;
+  out.assignments = variant.assignments;
+  Inputs in = load_inputs(s);
+  out.profile_name = in.profile.name;
+  out.profile_sources = in.profile.source_kinds();
+  out.placement_policy = in.has_placement ? in.placement.policy : "";
+  out.placement_report = in.has_placement ? in.placement.report : nlohmann::json::object();
+  // Content hashes, not paths: results do not depend on where the inputs sit.
+  out.inputs = {{"architecture_sha256", common::sha256_file(in.arch.source_file)},
+                {"cluster_sha256", common::sha256_file(in.cluster.source_file)},
+                {"profile_sha256", common::sha256_file(in.profile.source_file)}};
+  if (!s.trace.empty()) out.inputs["trace_sha256"] = in.trace_sha256;
+  if (!s.placement.file.empty()) out.inputs["placement_sha256"] = common::sha256_file(s.placement.file);
+
+  const int n_layers = s.workload.mode == WorkloadMode::kSynthetic ? s.workload.synthetic_layers : in.arch.num_layers;
+  const int N = std::max(1, s.overlap.chunks);
+  const std::vector<int> one(static_cast<std::size_t>(n_layers), 1), many(static_cast<std::size_t>(n_layers), N);
+  const OverlapPolicy req = s.overlap.policy;
+  std::vector<int> requested_chunks = req == OverlapPolicy::kSequential ? one : many;
+  if (req == OverlapPolicy::kAuto) {
+    if (s.workload.mode == WorkloadMode::kSynthetic || s.workload.mode == WorkloadMode::kTraining)
+      throw common::InputError("overlap.policy auto chooses per MoE layer for prefill and decode; use sequential, overlapped or ideal for " +
+                               workload_mode_name(s.workload.mode));
+    requested_chunks = choose_auto_chunks(s, in, out.auto_decisions);
+  }
+  out.layer_chunks = requested_chunks;
+  std::vector<std::function<SimResult()>> jobs;
+  std::vector<std::string> labels;
+  auto add = [&](const std::vector<int>& chunks, bool contention, const std::string& label) {
+    jobs.push_back(timeline_job(s, in, chunks, contention, label));
+    labels.push_back(label);
+  };
+  add(requested_chunks, req != OverlapPolicy::kIdeal, overlap_policy_name(req));
+  if (s.overlap.timelines == Timelines::kAll) {
+    if (req != OverlapPolicy::kSequential) add(one, true, "sequential");
+    if (req != OverlapPolicy::kOverlapped) add(many, true, "overlapped");
+    if (req != OverlapPolicy::kIdeal) add(many, false, "ideal");
+    add(one, false, "ideal-1-chunk");
+  }
+  out.timelines = run_isolated_all(jobs, parallel_jobs());
+  if (progress)
+    for (const auto& l : labels) progress(variant.name + ": " + l);
+
+  const SimResult& r = out.timelines.front();
+  auto& sum = out.summary;
+  sum.p50 = percentile(r.step_latency, 0.5);
+  sum.p90 = percentile(r.step_latency, 0.9);
+  sum.p99 = percentile(r.step_latency, 0.99);
+  sum.max = r.step_latency.empty() ? kNaN : *std::max_element(r.step_latency.begin(), r.step_latency.end());
+  sum.mean = r.step_latency.empty() ? kNaN : r.measured_time / static_cast<double>(r.step_latency.size());
+  sum.throughput = r.measured_time > 0 ? static_cast<double>(r.tokens) / r.measured_time : 0.0;
+  sum.token_tail = mean_over_moe(r, &LayerResult::token_tail);
+  sum.a2a_tail = mean_over_moe(r, &LayerResult::a2a_tail);
+  sum.a2a_avg = mean_over_moe(r, &LayerResult::a2a_avg);
+  double energy = 0, peak = 0, busy = 0;
+  for (const auto& g : r.gpus) {
+    energy += g.energy;
+    peak = std::max(peak, g.peak_power);
+    busy += g.compute_busy;
+  }
+  const double G = std::max<double>(1.0, static_cast<double>(r.gpus.size()));
+  sum.energy_per_step = r.step_latency.empty() ? 0.0 : energy / static_cast<double>(r.step_latency.size());
+  sum.energy_per_token = r.tokens ? energy / static_cast<double>(r.tokens) : kNaN;
+  sum.avg_power = r.measured_time > 0 ? energy / r.measured_time / G : 0.0;
+  sum.peak_power = peak;
+  sum.utilisation = r.measured_time > 0 ? busy / r.measured_time / G : 0.0;
+  sum.compute_slowdown = r.compute_alone > 0 ? r.compute_actual / r.compute_alone - 1.0 : 0.0;
+  auto p50_of = [&](const std::string& label) {
+    for (const auto& t : out.timelines)
+      if (t.label == label) return percentile(t.step_latency, 0.5);
+    return kNaN;
+  };
+  auto time_of = [&](const std::string& label) {
+    for (const auto& t : out.timelines)
+      if (t.label == label) return t.measured_time;
+    return kNaN;
+  };
+  sum.sequential_p50 = p50_of("sequential");
+  sum.overlapped_p50 = p50_of("overlapped");
+  sum.ideal_p50 = p50_of("ideal");
+  // Chunks exist only in the MoE all-to-all of inference steps.
+  const bool chunked = s.workload.mode == WorkloadMode::kPrefill || s.workload.mode == WorkloadMode::kDecode;
+  sum.chunking_cost = chunked ? time_of("ideal") / time_of("ideal-1-chunk") - 1.0 : kNaN;
+  return out;
+}
+
+nlohmann::json context_block(const Study& study) {
+  return {{"tool", "moesim"},
+          {"version", common::kVersion},
+          {"git_revision", common::kGitRevision},
+          {"build_type", common::kBuildType},
+          {"simgrid_version", std::to_string(SIMGRID_VERSION_MAJOR) + "." + std::to_string(SIMGRID_VERSION_MINOR)},
+          {"study", study.name},
+          {"study_sha256", study.sha256}};
+}
+
+std::string scenario_yaml(const Scenario& s) {
+  std::ostringstream y;
+  y << "# The resolved scenario this variant ran (every default filled in).\n";
+  y << "architecture: " << s.architecture << "\ncluster: " << s.cluster << "\nprofile: " << (s.profile.empty() ? "(cluster GPU kind)" : s.profile)
+    << "\ntrace: " << (s.trace.empty() ? "none" : s.trace) << "\nparallelism: {tp: " << s.tp << ", ep: " << s.ep << "}\n";
+  const auto& w = s.workload;
+  y << "workload:\n  mode: " << workload_mode_name(w.mode) << "\n  steps: " << w.steps << "\n  warmup_steps: " << w.warmup_steps
+    << "\n  tokens_per_step: " << w.tokens_per_step << "\n  batch_sequences: " << w.batch_sequences << "\n";
+  y << "placement: {policy: " << s.placement.policy << ", file: " << (s.placement.file.empty() ? "none" : s.placement.file)
+    << ", replicas: " << s.placement.replicas << ", groups: " << s.placement.groups << "}\n";
+  y << "overlap: {policy: " << overlap_policy_name(s.overlap.policy) << ", chunks: " << s.overlap.chunks
+    << ", timelines: " << (s.overlap.timelines == Timelines::kAll ? "all" : "requested") << "}\n";
+  y << "dispatch: {mode: " << dispatch_mode_name(s.dispatch) << "}\npower_cap: " << (s.power_cap > 0 ? num(s.power_cap) + "W" : "none")
+    << "\nseed: " << s.seed << "\n";
+  return y.str();
+}
+
+nlohmann::json variant_json(const VariantResult& v, bool with_details) {
+  const auto& s = v.summary;
+  auto jnum = [](double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); };
+  nlohmann::json assignments = nlohmann::json::object();
+  for (const auto& [k, val] : v.assignments) assignments[k] = val;
+  nlohmann::json j = {
+      {"name", v.name},
+      {"assignments", assignments},
+      {"inputs",
+       {{"architecture", v.scenario.architecture},
+        {"cluster", v.scenario.cluster},
+        {"profile", v.profile_name},
+        {"profile_sources", v.profile_sources},
+        {"tp", v.scenario.tp},
+        {"ep", v.scenario.ep},
+        {"mode", workload_mode_name(v.scenario.workload.mode)},
+        {"placement", placement_label(v.scenario)},
+        {"overlap", overlap_policy_name(v.scenario.overlap.policy)},
+        {"chunks", v.scenario.overlap.chunks},
+        {"dispatch", dispatch_mode_name(v.scenario.dispatch)},
+        {"power_cap_W", v.scenario.power_cap > 0 ? nlohmann::json(v.scenario.power_cap) : nlohmann::json(nullptr)},
+        {"steps", v.scenario.workload.steps},
+        {"hashes", v.inputs}}},
+      {"source", "predicted by the moesim simulator (model) from profile " + v.profile_name + " (" +
+                     [&] {
+                       std::string k;
+                       for (const auto& x : v.profile_sources) k += (k.empty() ? "" : ", ") + x;
+                       return k;
+                     }() +
+                     " values)"},
+      {"step_latency_s", {{"p50", jnum(s.p50)}, {"p90", jnum(s.p90)}, {"p99", jnum(s.p99)}, {"max", jnum(s.max)}, {"mean", jnum(s.mean)}}},
+      {"throughput_tokens_per_s", s.throughput},
+      {"token_tail_s", s.token_tail},
+      {"a2a_tail_s", s.a2a_tail},
+      {"a2a_avg_s", s.a2a_avg},
+      {"energy_per_step_J", s.energy_per_step},
+      {"energy_per_token_J", jnum(s.energy_per_token)},
+      {"avg_power_W", s.avg_power},
+      {"peak_power_W", s.peak_power},
+      {"utilisation", s.utilisation},
+      {"compute_slowdown", s.compute_slowdown},
+      {"chunking_cost", jnum(s.chunking_cost)},
+      {"timelines_p50_s", {{"sequential", jnum(s.sequential_p50)}, {"overlapped", jnum(s.overlapped_p50)}, {"ideal", jnum(s.ideal_p50)}}},
+      {"trace_repeated", v.timelines.front().trace_repeated},
+      {"dispatch_mode_ran", dispatch_mode_name(v.scenario.dispatch)},
+  };
+  if (!v.auto_decisions.empty()) j["auto_decisions"] = v.auto_decisions;
+  if (with_details) {
+    j["placement_policy"] = v.placement_policy;
+    j["placement_report"] = v.placement_report;
+    j["layer_chunks"] = v.layer_chunks;
+    nlohmann::json tl = nlohmann::json::array();
+    for (const auto& t : v.timelines) {
+      auto x = to_json(t);
+      x.erase("timeline");
+      x.erase("wall_s");
+      x["compute_slowdown"] = t.compute_alone > 0 ? t.compute_actual / t.compute_alone - 1.0 : 0.0;
+      x["step_p50_s"] = jnum(percentile(t.step_latency, 0.5));
+      x["step_p99_s"] = jnum(percentile(t.step_latency, 0.99));
+      tl.push_back(std::move(x));
+    }
+    j["timelines"] = tl;
+  }
+  return j;
+}
+
+std::string results_csv(const std::vector<VariantResult>& results, const std::string& baseline) {
+  std::ostringstream out;
+  out << "variant,baseline,architecture,cluster,profile,profile_sources,tp,ep,mode,placement,overlap,chunks,dispatch,"
+         "power_cap_W,steps,step_p50_s,step_p90_s,step_p99_s,step_max_s,throughput_tokens_per_s,token_tail_s,a2a_tail_s,"
+         "a2a_avg_s,energy_per_step_J,energy_per_token_J,avg_power_W,peak_power_W,utilisation,compute_slowdown,"
+         "sequential_p50_s,overlapped_p50_s,ideal_p50_s,chunking_cost,p50_change_vs_baseline,p99_change_vs_baseline\n";
+  const VariantResult* base = nullptr;
+  for (const auto& r : results)
+    if (r.name == baseline) base = &r;
+  for (const auto& r : results) {
+    const auto& s = r.summary;
+    std::string kinds;
+    for (const auto& k : r.profile_sources) kinds += (kinds.empty() ? "" : "+") + k;
+    out << csv_field(r.name) << "," << (r.name == baseline ? "yes" : "no") << "," << csv_field(r.scenario.architecture) << ","
+        << csv_field(r.scenario.cluster) << "," << csv_field(r.profile_name) << "," << kinds << "," << r.scenario.tp << ","
+        << r.scenario.ep << "," << workload_mode_name(r.scenario.workload.mode) << "," << csv_field(placement_label(r.scenario)) << ","
+        << overlap_policy_name(r.scenario.overlap.policy) << "," << r.scenario.overlap.chunks << ","
+        << dispatch_mode_name(r.scenario.dispatch) << "," << (r.scenario.power_cap > 0 ? num(r.scenario.power_cap) : "") << ","
+        << r.scenario.workload.steps << "," << num(s.p50) << "," << num(s.p90) << "," << num(s.p99) << "," << num(s.max) << ","
+        << num(s.throughput) << "," << num(s.token_tail) << "," << num(s.a2a_tail) << "," << num(s.a2a_avg) << ","
+        << num(s.energy_per_step) << "," << num(s.energy_per_token) << "," << num(s.avg_power) << "," << num(s.peak_power) << ","
+        << num(s.utilisation) << "," << num(s.compute_slowdown) << "," << num(s.sequential_p50) << "," << num(s.overlapped_p50)
+        << "," << num(s.ideal_p50) << "," << num(s.chunking_cost) << ","
+        << (base ? num(s.p50 / base->summary.p50 - 1.0) : "") << "," << (base ? num(s.p99 / base->summary.p99 - 1.0) : "") << "\n";
+  }
+  return out.str();
+}
+
+std::string results_table(const std::vector<VariantResult>& results, const std::string& baseline) {
+  std::ostringstream out;
+  const VariantResult* base = nullptr;
+  for (const auto& r : results)
+    if (r.name == baseline) base = &r;
+  if (!results.empty()) {
+    const auto& r = results.front();
+    std::string kinds;
+    for (const auto& k : r.profile_sources) kinds += (kinds.empty() ? "" : " + ") + k;
+    out << "Predicted by the simulator (model) with profile " << r.profile_name << " (" << kinds << " values); "
+        << r.scenario.workload.steps << " measured steps per variant.\n";
+  }
+  char line[512];
+  std::snprintf(line, sizeof line, "%-30s %10s %10s %10s %11s %11s %10s %9s %9s %8s\n", "variant", "p50 ms", "p99 ms",
+                "tok/s", "a2a tail", "tok tail", "mJ/token", "avg W", "slowdown", "vs base");
+  out << line;
+  std::snprintf(line, sizeof line, "%-30s %10s %10s %10s %11s %11s %10s %9s %9s %8s\n", "", "", "", "", "ms/layer",
+                "ms/layer", "", "per GPU", "compute", "p99");
+  out << line;
+  for (const auto& r : results) {
+    const auto& s = r.summary;
+    const std::string delta = base ? (std::ostringstream() << std::showpos << std::fixed << std::setprecision(1)
+                                                           << 100.0 * (s.p99 / base->summary.p99 - 1.0) << "%")
+                                         .str()
+                                   : "";
+    std::snprintf(line, sizeof line, "%-30s %10.3f %10.3f %10.0f %11.4f %11.4f %10.3f %9.0f %8.1f%% %8s\n",
+                  (r.name + (r.name == baseline ? " *" : "")).c_str(), s.p50 * 1e3, s.p99 * 1e3, s.throughput,
+                  s.a2a_tail * 1e3, s.token_tail * 1e3, s.energy_per_token * 1e3, s.avg_power, 100.0 * s.compute_slowdown,
+                  r.name == baseline ? "base" : delta.c_str());
+    out << line;
+  }
+  out << "(* baseline; a2a and token tails: mean over MoE layers of the slowest GPU per layer)\n";
+  return out.str();
+}
+
+void write_results(const std::string& dir, const Study& study, const std::vector<VariantResult>& results,
+                   const nlohmann::json& run_info) {
+  const fs::path root(dir);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : results) rows.push_back(variant_json(r, false));
+  nlohmann::json doc = {{"schema_version", 1},
+                        {"context", context_block(study)},
+                        {"baseline", study.baseline},
+                        {"variants", rows},
+                        {"run_info", run_info}};
+  for (const auto& r : results) {
+    const fs::path vdir = root / "variants" / r.name;
+    fs::create_directories(vdir);
+    nlohmann::json v = {{"schema_version", 1}, {"context", context_block(study)}, {"variant", variant_json(r, true)}};
+    common::write_file_atomic(vdir / "result.json", v.dump(2) + "\n", true);
+    nlohmann::json trace = {{"displayTimeUnit", "ms"}, {"traceEvents", r.timelines.front().timeline}};
+    for (std::size_t g = 0; g < r.timelines.front().gpus.size(); ++g) {
+      trace["traceEvents"].push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", g}, {"args", {{"name", "GPU " + std::to_string(g)}}}});
+      trace["traceEvents"].push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", g}, {"tid", 0}, {"args", {{"name", "compute"}}}});
+      trace["traceEvents"].push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", g}, {"tid", 1}, {"args", {{"name", "communication"}}}});
+    }
+    common::write_file_atomic(vdir / "timeline.json", trace.dump() + "\n", true);
+    common::write_file_atomic(vdir / "scenario.yaml", scenario_yaml(r.scenario), true);
+  }
+  common::write_file_atomic(root / "results.csv", results_csv(results, study.baseline), true);
+  common::write_file_atomic(root / "results.json", doc.dump(2) + "\n", true);
+}
+
+}  // namespace moesim::sim

@@ -1,0 +1,121 @@
+// Small hand-built architectures, clusters and profiles for the simulator's physics tests: every
+// number is chosen so the expected result can be computed by hand.
+#pragma once
+
+#include "models/architecture.hpp"
+#include "models/cluster.hpp"
+#include "models/profile.hpp"
+#include "sim/placement.hpp"
+#include "traces/memory_trace.hpp"
+
+namespace moesim::testing {
+
+// One MoE layer (decoder layer 0), `experts` experts, top-k, hidden 1024, expert FFN 1024, bf16.
+inline models::Architecture toy_arch(int experts, int top_k) {
+  models::Architecture a;
+  a.name = "toy";
+  a.num_layers = 1;
+  a.moe_layers = {0};
+  a.hidden_size = 1024;
+  a.num_experts = experts;
+  a.expert_ffn_size = 1024;
+  a.top_k = top_k;
+  a.activation = "swiglu";
+  a.ffn_projections = 3;
+  a.attention.kind = "mha";
+  a.attention.num_heads = 8;
+  a.attention.num_kv_heads = 8;
+  a.attention.head_dim = 128;
+  a.vocab_size = 1024;
+  a.dtype = "bf16";
+  return a;
+}
+
+// One node of `gpus` GPUs on an NVSwitch of `bandwidth` B/s per direction and `latency` s.
+inline models::Cluster toy_cluster(int gpus, double bandwidth, double latency) {
+  models::Cluster c;
+  c.name = "toy-cluster";
+  c.source_file = "toy-cluster";
+  c.num_nodes = 1;
+  c.gpus_per_node = gpus;
+  c.gpu_kind = "toy";
+  c.gpu_memory = 80e9;
+  c.intra_node.kind = models::FabricKind::kNvswitch;
+  c.intra_node.bandwidth = bandwidth;
+  c.intra_node.latency = latency;
+  c.nics.per_node = 1;
+  c.nics.bandwidth = 50e9;
+  c.nics.latency = 2e-6;
+  c.nics.gpu_nic.assign(static_cast<std::size_t>(gpus), 0);
+  return c;
+}
+
+// A profile with a linear GEMM curve (1 ns per token for the 1024 x 1024 shape, 1 us floor),
+// constant contention factors, and round power numbers.
+inline models::Profile toy_profile(double compute_slowdown = 1.25, double comm_slowdown = 1.10) {
+  models::Profile p;
+  p.name = "toy";
+  models::GemmTable t;
+  t.dtype = "bf16";
+  t.peak_flops = 1e15;
+  models::GemmCurve curve;
+  curve.n = 1024;
+  curve.k = 1024;
+  curve.m = {1, 1000, 1000000};
+  curve.time = {1e-6, 1e-6, 1e-3};
+  t.curves.push_back(curve);
+  p.gemm.push_back(t);
+  p.device.hbm_bandwidth = 3e12;
+  p.nvlink.bandwidth_efficiency = 1.0;
+  p.nvlink.latency = 0.0;
+  p.pcie.bandwidth_efficiency = 1.0;
+  p.nic.bandwidth_efficiency = 1.0;
+  models::ContentionPoint cp;
+  cp.comm_op = "any";
+  cp.comm_bytes = 1.0;
+  cp.gemm_flops = 1.0;
+  cp.compute_slowdown = compute_slowdown;
+  cp.comm_slowdown = comm_slowdown;
+  p.contention.points.push_back(cp);
+  p.power.idle = 100.0;
+  p.power.compute["bf16"] = 500.0;
+  p.power.communication = 200.0;
+  p.power.overlapped["bf16"] = 600.0;
+  p.power.max_power = 700.0;
+  p.power.min_power_limit = 200.0;
+  p.power.cap_fraction = {200.0 / 700.0, 350.0 / 700.0, 1.0};
+  p.power.speed_fraction = {0.4, 0.7, 1.0};
+  return p;
+}
+
+inline sim::Placement identity_placement(const models::Architecture& a, int ep) {
+  sim::Placement p;
+  p.architecture = a.name;
+  p.ep = ep;
+  p.layers = a.moe_layers;
+  p.policy = "test";
+  p.ranks.assign(a.moe_layers.size(), {});
+  for (auto& layer : p.ranks)
+    for (int e = 0; e < a.num_experts; ++e) layer.push_back({e % ep});
+  return p;
+}
+
+// A trace of `sequences` sequences of `length` tokens; token t of every sequence goes to experts
+// `route(seq, t)` (k ids).
+template <typename F>
+traces::MemoryTrace toy_trace(const models::Architecture& a, int sequences, int length, F route) {
+  traces::MemoryTrace m;
+  m.meta.shape = a.trace_shape();
+  m.meta.source = "test";
+  for (int s = 0; s < sequences; ++s)
+    for (int t = 0; t < length; ++t) {
+      m.tokens.sequence.push_back(static_cast<std::uint32_t>(s));
+      m.tokens.position.push_back(static_cast<std::uint32_t>(t));
+      for (int e : route(s, t)) m.tokens.experts.push_back(static_cast<std::uint16_t>(e));
+    }
+  m.meta.token_count = m.tokens.size();
+  m.meta.sequence_count = static_cast<std::uint64_t>(sequences);
+  return m;
+}
+
+}  // namespace moesim::testing

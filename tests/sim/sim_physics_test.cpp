@@ -1,0 +1,217 @@
+// Physics of the simulator on cases small enough to compute by hand: compute-only steps equal the
+// cost models, transfers equal latency + bytes / bandwidth, stragglers set the layer, contention
+// slows only the overlapped part, energy is the integral of power, and a power cap trades speed.
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+#include "models/costs.hpp"
+#include "sim/replay.hpp"
+#include "sim/workload.hpp"
+#include "tests/sim/sim_fixtures.hpp"
+
+using namespace moesim;
+using moesim::testing::identity_placement;
+using moesim::testing::toy_arch;
+using moesim::testing::toy_cluster;
+using moesim::testing::toy_profile;
+using moesim::testing::toy_trace;
+
+namespace {
+
+struct Case {
+  models::Architecture arch;
+  models::Cluster cluster;
+  models::Profile profile;
+  sim::Placement placement;
+  traces::MemoryTrace trace;
+  sim::Workload workload;
+  sim::SimOptions options;
+  int ep = 1;
+};
+
+sim::SimResult run(const Case& c) {
+  return sim::run_isolated([&] {
+    std::unique_ptr<traces::TraceReader> reader;
+    if (c.workload.mode != sim::WorkloadMode::kSynthetic) reader = traces::read_memory_trace(c.trace);
+    std::unique_ptr<sim::StepSource> source;
+    if (c.workload.mode == sim::WorkloadMode::kDecode)
+      source = sim::make_decode_source(*reader, c.ep, c.workload.batch_sequences);
+    else if (c.workload.mode == sim::WorkloadMode::kPrefill)
+      source = sim::make_prefill_source(*reader, c.ep, c.workload.tokens_per_step);
+    sim::SimInput in;
+    in.arch = &c.arch;
+    in.cluster = &c.cluster;
+    in.profile = &c.profile;
+    in.placement = &c.placement;
+    in.ep = c.ep;
+    in.tp = 1;
+    in.workload = &c.workload;
+    in.steps = source.get();
+    in.options = c.options;
+    return sim::simulate(in);
+  });
+}
+
+// Attention of a decode step over `contexts`, for the expected-time sums below.
+double decode_attention(const Case& c, std::vector<long> contexts) {
+  models::AttentionBatch b;
+  b.context = contexts;
+  b.new_tokens.assign(contexts.size(), 1);
+  return models::attention_time(c.profile, c.arch, b, 1).time;
+}
+
+double head(const Case& c, long tokens) {
+  return models::gemm_time(c.profile, c.arch.dtype, static_cast<double>(tokens), c.arch.vocab_size, c.arch.hidden_size);
+}
+
+Case decode_case(int gpus, int experts, double bw, double latency) {
+  Case c{toy_arch(experts, 1), toy_cluster(gpus, bw, latency), toy_profile(), {}, {}, {}, {}, gpus};
+  c.placement = identity_placement(c.arch, gpus);
+  c.workload.mode = sim::WorkloadMode::kDecode;
+  c.workload.batch_sequences = 4;
+  c.options.steps = 3;
+  c.options.layer_chunks = {1};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("sim: one GPU without communication: a step costs exactly its GEMMs and attention") {
+  Case c = decode_case(1, 2, 450e9, 1e-6);
+  c.trace = toy_trace(c.arch, 4, 3, [](int s, int) { return std::vector<int>{s % 2}; });
+  const auto r = run(c);
+  REQUIRE(r.step_latency.size() == 3);
+  for (long step = 0; step < 3; ++step) {
+    const double expected = decode_attention(c, {step, step, step, step}) +
+                            models::grouped_expert_time(c.profile, c.arch, {2, 2}, 1).time + head(c, 4);
+    CHECK(r.step_latency[static_cast<std::size_t>(step)] == doctest::Approx(expected).epsilon(1e-9));
+  }
+  CHECK(r.traffic[0][0] == 0.0);
+  CHECK(r.compute_actual == doctest::Approx(r.compute_alone).epsilon(1e-12));
+}
+
+TEST_CASE("sim: two GPUs, uniform routing: each all-to-all takes latency + bytes / bandwidth") {
+  const double bw = 1e9, lat = 1e-6;
+  Case c = decode_case(2, 2, bw, lat);
+  // Sequences 0..3 live on ranks 0,1,0,1; each rank keeps one token and sends one to the other.
+  c.trace = toy_trace(c.arch, 4, 3, [](int s, int) { return std::vector<int>{s < 2 ? s % 2 : 1 - s % 2}; });
+  const auto r = run(c);
+  const double bytes = 1024 * 2.0;  // hidden x bf16
+  const double one_way = lat + bytes / bw;
+  REQUIRE(r.layers.size() == 1);
+  CHECK(r.layers[0].a2a_tail == doctest::Approx(2 * one_way).epsilon(1e-9));
+  CHECK(r.layers[0].a2a_avg == doctest::Approx(2 * one_way).epsilon(1e-9));
+  CHECK(r.traffic[0][1] == doctest::Approx(3 * 2 * bytes));  // dispatch + combine, 3 steps
+  for (long step = 0; step < 3; ++step) {
+    const double expected = decode_attention(c, {step, step}) + one_way +
+                            models::grouped_expert_time(c.profile, c.arch, {2}, 1).time + one_way + head(c, 2);
+    CHECK(r.step_latency[static_cast<std::size_t>(step)] == doctest::Approx(expected).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("sim: skewed routing: the straggler GPU sets the layer time") {
+  const double bw = 1e9, lat = 1e-6;
+  Case c = decode_case(2, 2, bw, lat);
+  c.trace = toy_trace(c.arch, 4, 3, [](int, int) { return std::vector<int>{1}; });  // every token to GPU 1
+  // Without contention: GPU 1's vocabulary GEMM overlaps its combine, which would slow both.
+  c.options.contention = false;
+  const auto r = run(c);
+  const double expert = models::grouped_expert_time(c.profile, c.arch, {4}, 1).time;
+  CHECK(r.layers[0].token_tail == doctest::Approx(expert).epsilon(1e-9));
+  CHECK(r.layers[0].token_avg == doctest::Approx(expert / 2).epsilon(1e-9));
+  const double one_way = lat + 2 * 1024 * 2.0 / bw;  // two tokens from rank 0
+  const double expected = decode_attention(c, {0, 0}) + one_way + expert + one_way + head(c, 2);
+  CHECK(r.step_latency[0] == doctest::Approx(expected).epsilon(1e-9));
+  CHECK(r.layers[0].rank_tokens[1] == doctest::Approx(4.0));
+  CHECK(r.layers[0].rank_tokens[0] == doctest::Approx(0.0));
+}
+
+TEST_CASE("sim: ideal is never slower than overlapped, and has no compute slowdown") {
+  Case c = decode_case(4, 8, 50e9, 2e-6);
+  c.workload.batch_sequences = 64;
+  c.options.steps = 5;
+  c.arch = toy_arch(8, 2);
+  c.placement = identity_placement(c.arch, 4);
+  c.trace = toy_trace(c.arch, 64, 8, [](int s, int t) {
+    const int a = (s * 7 + t * 3) % 8;
+    return std::vector<int>{a, (a + 1 + s % 3) % 8};
+  });
+  c.options.layer_chunks = {2};
+  c.options.contention = true;
+  const auto overlapped = run(c);
+  c.options.contention = false;
+  const auto ideal = run(c);
+  REQUIRE(overlapped.step_latency.size() == ideal.step_latency.size());
+  for (std::size_t i = 0; i < ideal.step_latency.size(); ++i) CHECK(ideal.step_latency[i] <= overlapped.step_latency[i]);
+  CHECK(ideal.compute_actual == doctest::Approx(ideal.compute_alone).epsilon(1e-12));
+  CHECK(overlapped.compute_actual > overlapped.compute_alone);
+  CHECK(overlapped.compute_alone == doctest::Approx(ideal.compute_alone).epsilon(1e-12));
+}
+
+namespace {
+
+Case synthetic_case(int gpus, double bw, double latency, double compute, double bytes_per_gpu, bool overlap) {
+  Case c{toy_arch(2, 1), toy_cluster(gpus, bw, latency), toy_profile(), {}, {}, {}, {}, gpus};
+  c.workload.mode = sim::WorkloadMode::kSynthetic;
+  c.workload.synthetic_layers = 1;
+  c.workload.synthetic_compute = compute;
+  c.workload.synthetic_a2a_bytes = bytes_per_gpu;
+  c.workload.synthetic_overlap = overlap;
+  c.options.steps = 2;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("sim: a compute phase entirely under communication slows by exactly the profile's factor") {
+  // 10 us of compute against 1 ms of transfer: the compute is overlapped from start to end.
+  Case c = synthetic_case(2, 1e9, 0.0, 10e-6, 2 * 1e9 * 1e-3, true);
+  const auto r = run(c);
+  CHECK(r.compute_actual / r.compute_alone == doctest::Approx(1.25).epsilon(1e-9));
+  c.options.contention = false;
+  const auto ideal = run(c);
+  CHECK(ideal.compute_actual / ideal.compute_alone == doctest::Approx(1.0).epsilon(1e-12));
+}
+
+TEST_CASE("sim: a GEMM overlapping a transfer for half its length slows only for that half") {
+  const double compute = 100e-6, bw = 1e9, f_compute = 1.25, f_comm = 1.10;
+  // The transfer, slowed by f_comm while the GEMM runs, lasts half the GEMM's length alone.
+  const double part = (compute / 2) * bw / f_comm;
+  Case c = synthetic_case(2, bw, 0.0, compute, 2 * part, true);
+  const auto r = run(c);
+  const double overlapped = compute / 2;                                    // under the transfer
+  const double expected = overlapped + (compute - overlapped / f_compute);  // the rest at full speed
+  // 2 GPUs x 2 phases x 2 steps.
+  CHECK(r.compute_actual == doctest::Approx(8 * expected).epsilon(1e-9));
+  CHECK(r.compute_alone == doctest::Approx(8 * compute).epsilon(1e-12));
+  CHECK(r.step_latency[0] == doctest::Approx(2 * expected).epsilon(1e-9));
+}
+
+TEST_CASE("sim: energy is the integral of the profile's power over the states each GPU went through") {
+  const double compute = 100e-6, bw = 1e9, lat = 1e-6, bytes = 2 * 1e5;
+  Case c = synthetic_case(2, bw, lat, compute, bytes, false);
+  const auto r = run(c);
+  const double a2a = lat + (bytes / 2) / bw;
+  const double step = 2 * compute + 2 * a2a;
+  CHECK(r.step_latency[0] == doctest::Approx(step).epsilon(1e-9));
+  for (const auto& g : r.gpus) {
+    // Per step: computing 2 x compute at 500 W, communicating 2 x a2a at 200 W.
+    CHECK(g.energy == doctest::Approx(2 * (500.0 * 2 * compute + 200.0 * 2 * a2a)).epsilon(1e-9));
+    CHECK(g.peak_power == doctest::Approx(500.0));
+    CHECK(g.compute_busy == doctest::Approx(2 * 2 * compute).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("sim: a lower power cap lowers power and raises time as the profile says") {
+  const double compute = 100e-6;
+  Case c = synthetic_case(1, 1e9, 1e-6, compute, 0.0, false);
+  const auto free = run(c);
+  c.options.power_cap = 350.0;  // half the 700 W limit: speed 0.7 in the profile
+  const auto capped = run(c);
+  CHECK(free.step_latency[0] == doctest::Approx(2 * compute).epsilon(1e-9));
+  CHECK(capped.step_latency[0] == doctest::Approx(2 * compute / 0.7).epsilon(1e-9));
+  CHECK(free.gpus[0].peak_power == doctest::Approx(500.0));
+  CHECK(capped.gpus[0].peak_power == doctest::Approx(350.0));
+  CHECK(capped.gpus[0].energy == doctest::Approx(350.0 * capped.measured_time).epsilon(1e-9));
+}

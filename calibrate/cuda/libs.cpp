@@ -1,0 +1,149 @@
+#include "calibrate/cuda/libs.hpp"
+
+#include <dlfcn.h>
+#include <glob.h>
+
+#include <cstdlib>
+
+#include "common/error.hpp"
+
+namespace moesim::calibrate::cuda {
+
+void fail(const char* file, int line, const std::string& call, const std::string& message) {
+  throw common::RunError(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + message);
+}
+
+namespace {
+
+std::vector<std::string> expand(const std::string& pattern) {
+  std::vector<std::string> out;
+  glob_t g{};
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  return out;
+}
+
+// Python environments where PyTorch's nvidia-* wheels put their libraries.
+std::vector<std::string> wheel_globs(const std::string& sub) {
+  std::vector<std::string> roots = {"/usr/local/lib/python3*/dist-packages", "/usr/local/lib/python3*/site-packages",
+                                    "/usr/lib/python3/dist-packages", "/opt/conda/lib/python3*/site-packages",
+                                    "/opt/venv/lib/python3*/site-packages"};
+  for (const char* env : {"VIRTUAL_ENV", "CONDA_PREFIX"})
+    if (const char* v = std::getenv(env)) roots.push_back(std::string(v) + "/lib/python3*/site-packages");
+  if (const char* home = std::getenv("HOME")) roots.push_back(std::string(home) + "/.local/lib/python3*/site-packages");
+  std::vector<std::string> out;
+  for (const std::string& r : roots) out.push_back(r + "/" + sub);
+  return out;
+}
+
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+}  // namespace
+
+Library::Library(const std::string& what, const std::string& env_var, const std::vector<std::string>& sonames,
+                 const std::vector<std::string>& globs, bool required)
+    : what_(what) {
+  std::vector<std::string> tried;
+  auto attempt = [&](const std::string& p) {
+    tried.push_back(p);
+    handle_ = ::dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle_) path_ = p;
+    return handle_ != nullptr;
+  };
+  if (const char* v = std::getenv(env_var.c_str()); v && *v && attempt(v)) return;
+  for (const std::string& s : sonames)
+    if (attempt(s)) return;
+  for (const std::string& g : globs)
+    for (const std::string& p : expand(g))
+      if (attempt(p)) return;
+  failure_ = what + " not found (set " + env_var + " to its path); tried: ";
+  for (std::size_t i = 0; i < tried.size() && i < 12; ++i) failure_ += (i ? ", " : "") + tried[i];
+  if (required) throw common::RunError(failure_);
+}
+
+Library::~Library() {
+  if (handle_) ::dlclose(handle_);
+}
+
+void* Library::symbol(const char* name) const {
+  void* s = handle_ ? ::dlsym(handle_, name) : nullptr;
+  if (!s) throw common::RunError(what_ + " at " + path_ + " lacks " + name + " (too old a version?)");
+  return s;
+}
+
+#define MOESIM_LOAD(name) name = reinterpret_cast<decltype(name)>(lib.symbol(#name))
+
+CublasLt::CublasLt()
+    : lib("cuBLASLt", "MOESIM_CUBLASLT_LIBRARY",
+          {"libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR), "/usr/local/cuda/lib64/libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR)},
+          with(wheel_globs("nvidia/cu" + std::to_string(CUBLAS_VER_MAJOR) + "/lib/libcublasLt.so.*"),
+               wheel_globs("nvidia/cublas/lib/libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR))),
+          true) {
+  MOESIM_LOAD(cublasLtCreate);
+  MOESIM_LOAD(cublasLtDestroy);
+  MOESIM_LOAD(cublasLtGetVersion);
+  MOESIM_LOAD(cublasLtGetStatusString);
+  MOESIM_LOAD(cublasLtMatmulDescCreate);
+  MOESIM_LOAD(cublasLtMatmulDescDestroy);
+  MOESIM_LOAD(cublasLtMatmulDescSetAttribute);
+  MOESIM_LOAD(cublasLtMatrixLayoutCreate);
+  MOESIM_LOAD(cublasLtMatrixLayoutDestroy);
+  MOESIM_LOAD(cublasLtMatmulPreferenceCreate);
+  MOESIM_LOAD(cublasLtMatmulPreferenceDestroy);
+  MOESIM_LOAD(cublasLtMatmulPreferenceSetAttribute);
+  MOESIM_LOAD(cublasLtMatmulAlgoGetHeuristic);
+  MOESIM_LOAD(cublasLtMatmul);
+}
+
+Nccl::Nccl(bool required)
+    : lib("NCCL", "MOESIM_NCCL_LIBRARY", {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2"},
+          with(wheel_globs("nvidia/nccl/lib/libnccl.so.2"), wheel_globs("nvidia/cu*/lib/libnccl.so.2")), required) {
+  if (!lib.loaded()) return;
+  MOESIM_LOAD(ncclGetVersion);
+  MOESIM_LOAD(ncclGetUniqueId);
+  MOESIM_LOAD(ncclCommInitRankConfig);
+  MOESIM_LOAD(ncclCommDestroy);
+  MOESIM_LOAD(ncclGetErrorString);
+  MOESIM_LOAD(ncclGroupStart);
+  MOESIM_LOAD(ncclGroupEnd);
+  MOESIM_LOAD(ncclAllReduce);
+  MOESIM_LOAD(ncclAllGather);
+  MOESIM_LOAD(ncclReduceScatter);
+  MOESIM_LOAD(ncclSend);
+  MOESIM_LOAD(ncclRecv);
+}
+
+Nvml::Nvml() : lib("NVML", "MOESIM_NVML_LIBRARY", {"libnvidia-ml.so.1"}, {"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1"}, false) {
+  if (!lib.loaded()) return;
+  MOESIM_LOAD(nvmlInit_v2);
+  MOESIM_LOAD(nvmlShutdown);
+  MOESIM_LOAD(nvmlErrorString);
+  MOESIM_LOAD(nvmlSystemGetDriverVersion);
+  MOESIM_LOAD(nvmlDeviceGetHandleByPciBusId_v2);
+  MOESIM_LOAD(nvmlDeviceGetTotalEnergyConsumption);
+  MOESIM_LOAD(nvmlDeviceGetPowerUsage);
+  MOESIM_LOAD(nvmlDeviceGetClockInfo);
+  MOESIM_LOAD(nvmlDeviceGetMaxClockInfo);
+  MOESIM_LOAD(nvmlDeviceGetTemperature);
+  MOESIM_LOAD(nvmlDeviceGetPowerManagementLimit);
+  MOESIM_LOAD(nvmlDeviceGetPowerManagementDefaultLimit);
+  MOESIM_LOAD(nvmlDeviceGetPowerManagementLimitConstraints);
+  MOESIM_LOAD(nvmlDeviceSetPowerManagementLimit);
+  MOESIM_LOAD(nvmlDeviceSetGpuLockedClocks);
+  MOESIM_LOAD(nvmlDeviceResetGpuLockedClocks);
+  MOESIM_LOAD(nvmlDeviceGetCurrPcieLinkGeneration);
+  MOESIM_LOAD(nvmlDeviceGetCurrPcieLinkWidth);
+  initialized = nvmlInit_v2() == kNvmlSuccess;
+}
+
+Nvml::~Nvml() {
+  if (initialized) nvmlShutdown();
+}
+
+#undef MOESIM_LOAD
+
+}  // namespace moesim::calibrate::cuda

@@ -1,0 +1,70 @@
+#include "calibrate/stats.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace moesim::calibrate {
+
+double percentile(std::vector<double> s, double q) {
+  if (s.empty()) throw std::invalid_argument("percentile of an empty sample");
+  std::sort(s.begin(), s.end());
+  const double pos = q * static_cast<double>(s.size() - 1);
+  const std::size_t lo = static_cast<std::size_t>(std::floor(pos));
+  const std::size_t hi = std::min(lo + 1, s.size() - 1);
+  const double frac = pos - static_cast<double>(lo);
+  return s[lo] + (s[hi] - s[lo]) * frac;
+}
+
+Summary summarize(const std::vector<double>& s) {
+  if (s.empty()) throw std::invalid_argument("summary of an empty sample");
+  for (double v : s)
+    if (!std::isfinite(v)) throw std::invalid_argument("summary of a sample with a non-finite value");
+  Summary r;
+  r.count = static_cast<int>(s.size());
+  r.median = percentile(s, 0.5);
+  r.p10 = percentile(s, 0.1);
+  r.p90 = percentile(s, 0.9);
+  r.min = *std::min_element(s.begin(), s.end());
+  r.max = *std::max_element(s.begin(), s.end());
+  double sum = 0.0;
+  for (double v : s) sum += v;
+  r.mean = sum / static_cast<double>(s.size());
+  if (s.size() > 1 && r.mean != 0.0) {
+    double ss = 0.0;
+    for (double v : s) ss += (v - r.mean) * (v - r.mean);
+    r.cv = std::sqrt(ss / static_cast<double>(s.size() - 1)) / std::abs(r.mean);
+  }
+  return r;
+}
+
+double bus_factor(const std::string& op, int n) {
+  if (n < 1) throw std::invalid_argument("rank count must be positive");
+  const double ranks = n;
+  if (op == "all_reduce") return 2.0 * (ranks - 1.0) / ranks;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return (ranks - 1.0) / ranks;
+  if (op == "send_recv") return 1.0;
+  throw std::invalid_argument("unknown collective \"" + op + "\"");
+}
+
+double algbw(double bytes, double seconds) { return seconds > 0.0 ? bytes / seconds : 0.0; }
+
+double busbw(const std::string& op, int ranks, double bytes, double seconds) {
+  return algbw(bytes, seconds) * bus_factor(op, ranks);
+}
+
+long collective_count(const std::string& op, int ranks, double bytes, int type_size) {
+  const long elements = static_cast<long>(bytes) / type_size;
+  if (op == "all_gather" || op == "reduce_scatter") return elements / ranks;
+  if (op == "all_to_all") return (elements / ranks) * ranks;
+  bus_factor(op, ranks);  // rejects an unknown op
+  return elements;
+}
+
+double interval_overlap(double a0, double a1, double b0, double b1) {
+  if (a1 <= a0) return 0.0;
+  const double lo = std::max(a0, b0), hi = std::min(a1, b1);
+  return hi > lo ? (hi - lo) / (a1 - a0) : 0.0;
+}
+
+}  // namespace moesim::calibrate

@@ -47,6 +47,7 @@ void register_trace_import_commands(std::vector<Command>& commands);  // import,
 void register_trace_stats_commands(std::vector<Command>& commands);   // stats, generate
 void register_config_commands(std::vector<Command>& commands);        // config check
 void register_run_commands(std::vector<Command>& commands);           // run
+void register_place_commands(std::vector<Command>& commands);         // place, place evaluate/compare/export
 
 // Runs the command line (argv without the program name); the whole CLI, for main() and tests.
 int run_cli(const Args& argv, Context& ctx);

@@ -1,0 +1,233 @@
+#include "sim/cli/place_cmd.hpp"
+
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "common/files.hpp"
+#include "common/hash.hpp"
+#include "common/strings.hpp"
+#include "common/units.hpp"
+#include "models/architecture.hpp"
+#include "models/cluster.hpp"
+#include "sim/place_eval.hpp"
+#include "sim/placement.hpp"
+#include "traces/trace.hpp"
+
+namespace moesim::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+int parse_int_option(const po::variables_map& vm, const std::string& name, int lo, int hi, int fallback) {
+  if (!vm.count(name)) return fallback;
+  const std::string text = vm[name].as<std::string>();
+  std::size_t used = 0;
+  long v = 0;
+  try {
+    v = std::stol(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || text.empty() || v < lo || v > hi)
+    throw common::UsageError("--" + name + ": expected an integer " + std::to_string(lo) + ".." + std::to_string(hi) +
+                             ", got " + common::quoted(text));
+  return static_cast<int>(v);
+}
+
+std::string policy_list(const sim::PlacementRegistry& registry) {
+  std::ostringstream out;
+  for (const auto& n : registry.names())
+    out << "  " << n << std::string(n.size() < 16 ? 16 - n.size() : 1, ' ') << registry.summary(n) << "\n";
+  return out.str();
+}
+
+void print_report(std::ostream& out, const sim::Placement& p) {
+  for (const char* stage : {"stage1", "stage2"}) {
+    if (!p.report.contains(stage)) continue;
+    const auto& s = p.report[stage];
+    out << "  " << stage << ": " << s.value("status", "?") << ", objective " << std::setprecision(6)
+        << s.value("objective", 0.0) << ", bound " << s.value("bound", 0.0) << ", gap " << std::fixed
+        << std::setprecision(2) << 100.0 * s.value("gap", 0.0) << "%, " << std::setprecision(2)
+        << s.value("seconds", 0.0) << " s, " << s.value("parts_optimal", 0) << "/" << s.value("parts", 0)
+        << " parts proven optimal" << std::defaultfloat << "\n";
+  }
+}
+
+int run_place(const Args& args, Context& ctx) {
+  po::options_description opts("Options");
+  opts.add_options()("trace", po::value<std::string>(), "routing trace to profile (policies that use routing)")(
+      "architecture", po::value<std::string>()->required(), "architecture name or YAML path")(
+      "cluster", po::value<std::string>()->required(), "cluster name or YAML path")(
+      "policy", po::value<std::string>()->required(), "placement policy (see the list above)")(
+      "tp", po::value<std::string>(), "GPUs per EP rank (default 1)")("ep", po::value<std::string>(),
+                                                                      "EP ranks (default GPUs / TP)")(
+      "replicas", po::value<std::string>(), "eplb: redundant expert slots per layer (default 0)")(
+      "groups", po::value<std::string>(), "eplb: expert groups (default the architecture's routing groups)")(
+      "seed", po::value<std::string>(), "random: the seed (default 1)")(
+      "time-limit", po::value<std::string>(), "moetuner: wall-clock cap such as 60s (default: the work limit only)")(
+      "output,o", po::value<std::string>()->required(), "the placement file to write")(
+      "force", po::bool_switch(), "replace an existing output file");
+  const sim::PlacementRegistry registry = sim::default_placement_registry();
+  auto vm = parse_options(args, opts, po::positional_options_description(),
+                          "moesim place --trace T --architecture A --cluster C --policy P [--tp N] [--ep N] "
+                          "[--replicas N] [--groups G] [--time-limit 60s] -o placement.yaml",
+                          "Solves an expert placement and writes a placement file (docs/placement-format.md).\n"
+                          "Subcommands: moesim place evaluate | compare | export (see their --help).\n"
+                          "Policies:\n" +
+                              policy_list(registry),
+                          ctx);
+  if (!vm) return common::kExitOk;
+  const std::string output = (*vm)["output"].as<std::string>();
+  common::check_can_write(output, (*vm)["force"].as<bool>());
+  const auto policy = registry.create((*vm)["policy"].as<std::string>());
+  const models::Architecture arch = models::load_architecture((*vm)["architecture"].as<std::string>());
+  const models::Cluster cluster = models::load_cluster((*vm)["cluster"].as<std::string>());
+  const int tp = parse_int_option(*vm, "tp", 1, 1024, 1);
+  const int ep = parse_int_option(*vm, "ep", 1, 1 << 20, std::max(1, cluster.total_gpus() / tp));
+  sim::PlacementOptions options;
+  options.replicas = parse_int_option(*vm, "replicas", 0, 1 << 16, 0);
+  options.groups = parse_int_option(*vm, "groups", 0, 1 << 16, 0);
+  options.seed = static_cast<std::uint64_t>(parse_int_option(*vm, "seed", 0, 2147483647, 1));
+  if (vm->count("time-limit")) {
+    const std::string text = (*vm)["time-limit"].as<std::string>();
+    const auto t = common::parse_unit(text, common::UnitKind::kTime);
+    if (!t || *t <= 0)
+      throw common::UsageError("--time-limit: expected a positive time such as 60s, got " + common::quoted(text));
+    options.time_limit = *t;
+  }
+  sim::RoutingCounts routing;
+  const bool with_routing = vm->count("trace") > 0;
+  if (policy->needs_routing() && !with_routing)
+    throw common::UsageError("placement policy " + policy->name() + " is solved on routing statistics: give --trace");
+  if (with_routing) {
+    const std::string trace = (*vm)["trace"].as<std::string>();
+    auto reader = traces::open_trace(trace);
+    routing = sim::count_routing(*reader, common::sha256_file(trace));
+  }
+  const sim::PlacementInput input{arch,   cluster, ep, tp, with_routing && policy->needs_routing() ? &routing : nullptr,
+                                  options};
+  const sim::Placement placement = policy->place(input);
+  sim::validate_placement(placement, arch, "placement policy " + policy->name());
+  sim::save_placement(placement, output, (*vm)["force"].as<bool>());
+  ctx.out << "wrote " << output << ": policy " << placement.policy << ", " << arch.name << " on " << cluster.name
+          << ", ep " << ep << ", tp " << tp << "\n";
+  print_report(ctx.out, placement);
+  return common::kExitOk;
+}
+
+void add_eval_options(po::options_description& opts) {
+  opts.add_options()("trace", po::value<std::string>()->required(), "the held-out routing trace")(
+      "study", po::value<std::string>(),
+      "study whose baseline gives the workload, profile and overlap policy "
+      "(default configs/studies/default.yaml)")("architecture", po::value<std::string>(),
+                                                "override the placement file's architecture")(
+      "cluster", po::value<std::string>(), "override the placement file's cluster")(
+      "steps", po::value<std::string>(), "simulated steps (default: the study's)")(
+      "no-simulate", po::bool_switch(), "only the figures computed from the trace, no simulation")(
+      "json", po::bool_switch(), "print JSON instead of the table");
+}
+
+sim::EvalOptions eval_options(const po::variables_map& vm) {
+  sim::EvalOptions o;
+  if (vm.count("study")) o.study = vm["study"].as<std::string>();
+  o.simulate = !vm["no-simulate"].as<bool>();
+  o.steps = parse_int_option(vm, "steps", 1, 1000000, 0);
+  return o;
+}
+
+sim::PlacementOverrides overrides(const po::variables_map& vm) {
+  sim::PlacementOverrides o;
+  if (vm.count("architecture")) o.architecture = vm["architecture"].as<std::string>();
+  if (vm.count("cluster")) o.cluster = vm["cluster"].as<std::string>();
+  return o;
+}
+
+int run_evaluate(const Args& args, Context& ctx) {
+  po::options_description opts("Options");
+  opts.add_options()("placement", po::value<std::string>()->required(), "the placement file");
+  add_eval_options(opts);
+  auto vm =
+      parse_options(args, opts, po::positional_options_description(),
+                    "moesim place evaluate --placement F --trace HELD_OUT [--study S] [--json]",
+                    "Scores a placement on a trace it was not solved on: per-layer max/mean rank load, the share\n"
+                    "of token dispatches leaving the GPU and the node, bytes per rank pair, the cross-layer\n"
+                    "traffic objective, and, simulated, per-layer tail latency, step p50/p99 and energy.",
+                    ctx);
+  if (!vm) return common::kExitOk;
+  const auto checked = sim::load_checked_placement((*vm)["placement"].as<std::string>(), overrides(*vm));
+  const auto e = sim::evaluate_placement(checked, (*vm)["trace"].as<std::string>(), eval_options(*vm));
+  if ((*vm)["json"].as<bool>())
+    ctx.out << e.to_json().dump(2) << "\n";
+  else
+    ctx.out << sim::evaluation_table(e);
+  return common::kExitOk;
+}
+
+int run_compare(const Args& args, Context& ctx) {
+  po::options_description opts("Options");
+  opts.add_options()("placements", po::value<std::vector<std::string>>()->multitoken()->required(),
+                     "the placement files (two or more)");
+  add_eval_options(opts);
+  auto vm = parse_options(args, opts, po::positional_options_description(),
+                          "moesim place compare --placements F1 F2 ... --trace HELD_OUT [--study S] [--json]",
+                          "Scores several placements on the same held-out trace, side by side.", ctx);
+  if (!vm) return common::kExitOk;
+  const auto files = (*vm)["placements"].as<std::vector<std::string>>();
+  std::vector<sim::CheckedPlacement> checked;
+  for (const auto& f : files) checked.push_back(sim::load_checked_placement(f, overrides(*vm)));
+  std::vector<sim::PlacementEvaluation> all;
+  for (const auto& c : checked)
+    all.push_back(sim::evaluate_placement(c, (*vm)["trace"].as<std::string>(), eval_options(*vm)));
+  if ((*vm)["json"].as<bool>()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& e : all) j.push_back(e.to_json());
+    ctx.out
+        << nlohmann::json{{"schema_version", 1}, {"trace", (*vm)["trace"].as<std::string>()}, {"placements", j}}.dump(2)
+        << "\n";
+  } else {
+    ctx.out << sim::comparison_table(all);
+  }
+  return common::kExitOk;
+}
+
+int run_export(const Args& args, Context& ctx) {
+  po::options_description opts("Options");
+  opts.add_options()("placement", po::value<std::string>()->required(), "the placement file")(
+      "format", po::value<std::string>()->required(), "vllm, sglang or megatron")(
+      "output,o", po::value<std::string>()->required(), "the JSON file to write")("force", po::bool_switch(),
+                                                                                  "replace an existing output file");
+  auto vm = parse_options(args, opts, po::positional_options_description(),
+                          "moesim place export --placement F --format vllm|sglang|megatron -o OUT [--force]",
+                          "Writes a placement for a serving engine: vllm / sglang, the per-layer physical-to-logical\n"
+                          "expert map of their EPLB (every rank the same number of slots); megatron, per layer the\n"
+                          "experts of each EP rank.",
+                          ctx);
+  if (!vm) return common::kExitOk;
+  const sim::ExportFormat format = sim::parse_export_format((*vm)["format"].as<std::string>());
+  const std::string output = (*vm)["output"].as<std::string>();
+  const bool force = (*vm)["force"].as<bool>();
+  common::check_can_write(output, force);
+  const std::string path = (*vm)["placement"].as<std::string>();
+  const auto checked = sim::load_checked_placement(path);
+  const nlohmann::json j = sim::export_placement(checked.placement, format, path);
+  common::write_file_atomic(output, j.dump(1) + "\n", force);
+  ctx.out << "wrote " << output << " (" << (*vm)["format"].as<std::string>() << ", " << checked.placement.layers.size()
+          << " MoE layers, ep " << checked.placement.ep << ")\n";
+  return common::kExitOk;
+}
+
+}  // namespace
+
+void register_place_commands(std::vector<Command>& commands) {
+  commands.push_back(
+      {"place", "solve an expert placement (random, greedy, eplb, moetuner, ...) into a placement file", run_place});
+  commands.push_back(
+      {"place evaluate", "score a placement on held-out traffic (loads, traffic, simulated latency)", run_evaluate});
+  commands.push_back({"place compare", "score several placements side by side on held-out traffic", run_compare});
+  commands.push_back({"place export", "write a placement as a vLLM / SGLang / Megatron expert map", run_export});
+}
+
+}  // namespace moesim::cli

@@ -32,7 +32,14 @@ AtomicFile::AtomicFile(fs::path target, bool overwrite, bool binary) : target_(s
   if (!fs::is_directory(dir, ec))
     throw UsageError("cannot write " + target_.string() + ": folder " + dir.string() + " does not exist");
   std::random_device rd;
-  temp_ = dir / ("." + target_.filename().string() + ".tmp-" + std::to_string(getpid()) + "-" + std::to_string(rd()));
+  // Built piecewise: GCC 12 warns (-Wrestrict, a false positive) on "." + string + ... here.
+  std::string name(".");
+  name += target_.filename().string();
+  name += ".tmp-";
+  name += std::to_string(getpid());
+  name += '-';
+  name += std::to_string(rd());
+  temp_ = dir / name;
   out_.open(temp_, binary ? std::ios::out | std::ios::binary | std::ios::trunc : std::ios::out | std::ios::trunc);
   if (!out_) throw RunError("cannot create " + temp_.string() + ": " + std::strerror(errno));
 }

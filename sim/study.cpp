@@ -101,6 +101,7 @@ const std::vector<std::string>& scenario_leaves() {
                                                "overlap.timelines",
                                                "dispatch.mode",
                                                "power_cap",
+                                               "clock_limit",
                                                "seed",
                                                "simgrid"};
   return leaves;
@@ -255,7 +256,7 @@ std::vector<std::string> parse_simgrid(const YamlNode& node) {
 Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& loaded) {
   node.expect_map();
   node.allow_keys({"architecture", "cluster", "profile", "trace", "parallelism", "workload", "placement", "overlap",
-                   "dispatch", "power_cap", "seed", "simgrid"});
+                   "dispatch", "power_cap", "clock_limit", "seed", "simgrid"});
   Scenario s;
 
   const YamlNode arch_node = node.at("architecture");
@@ -384,6 +385,15 @@ Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& 
       if (!watts || *watts < 1.0 || *watts > 1e5)
         n->fail_expected("a power between 1 W and 100 kW with a unit (e.g. \"450W\"), or none");
       s.power_cap = *watts;
+    }
+  }
+  if (auto n = node.find("clock_limit")) {
+    const std::string text = n->is_scalar() ? n->raw().Scalar() : std::string();
+    if (text != "none") {
+      const auto hz = n->is_scalar() ? common::parse_unit(text, common::UnitKind::kFrequency) : std::nullopt;
+      if (!hz || *hz < 1e6 || *hz > 1e10)
+        n->fail_expected("an SM clock between 1 MHz and 10 GHz with a unit (e.g. \"1410MHz\"), or none");
+      s.clock_limit = *hz;
     }
   }
   if (auto n = node.find("seed")) s.seed = static_cast<std::uint64_t>(n->as_int(0));

@@ -73,6 +73,7 @@ struct Scenario {
   OverlapChoice overlap;
   DispatchMode dispatch = DispatchMode::kFlat;
   double power_cap = 0.0;    // W, 0 = none
+  double clock_limit = 0.0;  // Hz, SM clock limit, 0 = none
   std::uint64_t seed = 1;
   std::vector<std::string> simgrid_cfg;  // passed to SimGrid as --cfg=...
 };

@@ -15,6 +15,7 @@
 
 #include "common/error.hpp"
 #include "models/costs.hpp"
+#include "sim/activity_dump.hpp"
 #include "sim/platform.hpp"
 
 namespace moesim::sim {
@@ -118,6 +119,7 @@ class Replay {
   void complete(std::uint32_t id);
   void refresh_contention(int gpu);
   void account_state(int gpu);
+  void dump_step(const StepGraph& g);
   int gpu_of(int rank, int t) const { return rank * in_.tp + t; }
 
   const SimInput& in_;
@@ -125,8 +127,12 @@ class Replay {
   const models::Cluster& cluster_;
   const models::Profile& profile_;
   std::unique_ptr<Platform> platform_;
+  std::unique_ptr<ActivityDump> dump_;  // --dump-activities
+  std::uint64_t dump_next_id_ = 0;      // global id of the current step's first task
+  std::uint64_t dump_prev_end_ = 0;     // global id of the previous step's end task
   double speed_factor_ = 1.0;
   double dtype_bytes_ = 2.0;
+  double power_factor_ = 1.0;   // state power under the clock limit, relative to unlimited
   double compute_scale_ = 1.0;  // 2 while building a backward pass (input and weight gradients)
   std::vector<StepBatch> micro_;  // training: the micro-batches of the current step
 
@@ -234,7 +240,7 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
   // Hierarchical dispatch: tokens from home rank h to node n, deduplicated: [c][h * nodes + n].
   const int nodes = (ep + ranks_per_node - 1) / ranks_per_node;
   std::vector<std::vector<long>> node_sends(C, std::vector<long>(static_cast<std::size_t>(ep * nodes), 0));
-  std::vector<int> dests;
+  std::vector<int> dests, dest_nodes;  // per token, reused
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const int h = batch.home[i];
     const auto c = static_cast<std::size_t>(home_seen[static_cast<std::size_t>(h)]++ * chunks /
@@ -246,17 +252,25 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
       int chosen = -1;
       for (int r : holders)
         if (r == h) chosen = r;
+      if (chosen < 0 && holders.size() == 1) chosen = holders[0];
       if (chosen < 0) {
-        std::vector<int> near;
-        for (int r : holders)
-          if (node_of_rank(r) == node_of_rank(h)) near.push_back(r);
-        if (!near.empty()) chosen = near[batch.token_index[i] % near.size()];
+        // Replicas on the home node, round-robin by token index (counted, then picked: no allocation).
+        std::size_t same_node = 0;
+        for (int r : holders) same_node += node_of_rank(r) == node_of_rank(h) ? 1 : 0;
+        if (same_node > 0) {
+          std::size_t pick = batch.token_index[i] % same_node;
+          for (int r : holders)
+            if (node_of_rank(r) == node_of_rank(h) && pick-- == 0) {
+              chosen = r;
+              break;
+            }
+        }
       }
       if (chosen < 0) chosen = holders[batch.token_index[i] % holders.size()];
       ++expert_tokens[c][static_cast<std::size_t>(chosen * experts + e[j])];
       if (std::find(dests.begin(), dests.end(), chosen) == dests.end()) dests.push_back(chosen);
     }
-    std::vector<int> dest_nodes;
+    dest_nodes.clear();
     for (int r : dests) {
       ++sends[c][static_cast<std::size_t>(h * ep + r)];
       const int n = node_of_rank(r);
@@ -720,7 +734,8 @@ void Replay::account_state(int gpu) {
   const double dt = now - tr.state_since;
   if (measuring_ && dt > 0) {
     auto& gr = result_.gpus[static_cast<std::size_t>(gpu)];
-    const double p = models::state_power(profile_, tr.state, arch_.dtype, in_.options.power_cap);
+    double p = models::state_power(profile_, tr.state, arch_.dtype, 0.0) * power_factor_;
+    if (in_.options.power_cap > 0) p = std::min(p, in_.options.power_cap);
     gr.energy += p * dt;
     gr.peak_power = std::max(gr.peak_power, p);
     if (tr.state == models::GpuState::kCompute || tr.state == models::GpuState::kBoth) gr.compute_busy += dt;
@@ -878,6 +893,35 @@ void Replay::complete(std::uint32_t first) {
   draining_ = false;
 }
 
+// The step's tasks as the engine will run them: tasks that complete at once (joins, empty computes
+// and transfers, transfers to self) as joins; the root depends on the previous step's end.
+void Replay::dump_step(const StepGraph& g) {
+  const std::size_t n = g.tasks.size();
+  std::vector<std::uint32_t> offset(n + 1, 0);
+  for (const Task& t : g.tasks)
+    for (auto s : t.succ) ++offset[s + 1];
+  for (std::size_t i = 0; i < n; ++i) offset[i + 1] += offset[i];
+  std::vector<std::uint64_t> deps(offset[n]);
+  std::vector<std::uint32_t> fill(offset.begin(), offset.end() - 1);
+  for (std::size_t i = 0; i < n; ++i)
+    for (auto s : g.tasks[i].succ) deps[fill[s]++] = dump_next_id_ + i;
+  const std::uint64_t base = dump_next_id_;
+  dump_->begin_step(step_index_, measuring_, base, n, base + step_end_task_);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Task& t = g.tasks[i];
+    std::span<const std::uint64_t> d(deps.data() + offset[i], offset[i + 1] - offset[i]);
+    if (i == 0 && step_index_ > 0) d = std::span<const std::uint64_t>(&dump_prev_end_, 1);
+    if (t.kind == TaskKind::kCompute && t.amount > 0.0)
+      dump_->exec(base + i, t.gpu, t.amount * kHostSpeed, d);
+    else if (t.kind == TaskKind::kTransfer && t.amount > 0.0 && t.gpu != t.dst)
+      dump_->comm(base + i, t.gpu, t.dst, static_cast<std::uint64_t>(std::llround(t.amount)), d);
+    else
+      dump_->join(base + i, d);
+  }
+  dump_prev_end_ = base + step_end_task_;
+  dump_next_id_ = base + n;
+}
+
 void Replay::start_step() {
   // Activities of the step before the previous one are no longer referenced by the engine.
   previous_ = std::move(current_);
@@ -903,6 +947,7 @@ void Replay::start_step() {
     build_step(*current_, &batch_);
     batch_tokens_ = batch_.size();
   }
+  if (dump_) dump_step(*current_);
   ++step_index_;
   step_start_ = sg4::Engine::get_clock();
   // The root has no predecessors.
@@ -928,9 +973,18 @@ SimResult Replay::run() {
   argv.push_back(nullptr);
   sg4::Engine engine(&argc, argv.data());
 
-  speed_factor_ = models::cap_speed_factor(profile_, in_.options.power_cap);
+  // A power cap and a clock limit both slow compute; the slower of the two binds.
+  speed_factor_ = std::min(models::cap_speed_factor(profile_, in_.options.power_cap),
+                           models::clock_speed_factor(profile_, in_.options.clock_limit));
+  power_factor_ = models::clock_power_factor(profile_, in_.options.clock_limit);
   dtype_bytes_ = models::dtype_bytes(arch_.dtype);
   platform_ = std::make_unique<Platform>(cluster_, profile_, 1.0);  // the cap scales task amounts instead
+  if (!in_.options.dump_activities.empty()) {
+    std::vector<std::string> cfg(args.begin() + 1, args.end());
+    for (auto& c : cfg) c.erase(0, 6);  // "--cfg="
+    dump_ = std::make_unique<ActivityDump>(in_.options.dump_activities, in_.options.contention, cfg);
+    dump_->write_platform(*platform_);
+  }
 
   const int gpus = in_.ep * in_.tp;
   if (gpus > cluster_.total_gpus())
@@ -976,6 +1030,7 @@ SimResult Replay::run() {
     throw common::RunError("the simulation ended after " + std::to_string(result_.step_latency.size()) + " of " +
                            std::to_string(in_.options.steps) + " measured steps (a dependency was never met)");
   for (int gpu = 0; gpu < gpus; ++gpu) account_state(gpu);
+  if (dump_) dump_->finish(dump_next_id_, result_.activities);
 
   const double steps = std::max(1, in_.options.steps);
   for (std::size_t l = 0; l < L; ++l) {

@@ -28,11 +28,13 @@ struct SimOptions {
   bool contention = true;         // false: the ideal timeline
   DispatchMode dispatch = DispatchMode::kFlat;
   double power_cap = 0.0;         // W, 0 = none
+  double clock_limit = 0.0;       // Hz, SM clock limit, 0 = none
   int steps = 1;                  // measured steps
   int warmup_steps = 0;           // simulated first, not measured
   int timeline_steps = 0;         // steps recorded in the Chrome-trace timeline (0 = none)
   std::vector<std::string> simgrid_cfg;
   std::string label;              // "overlapped", "ideal", ... for reports
+  std::string dump_activities;    // write every task to this file for moesim-replay ("" = off)
 };
 
 struct SimInput {

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <thread>
@@ -41,6 +42,19 @@ struct Inputs {
   std::string trace_sha256;
 };
 
+// The variants of a study share their trace: hash each file once per process (keyed by path, size
+// and modification time, so a file rewritten in between is hashed again).
+std::string cached_sha256(const std::string& path) {
+  static std::map<std::string, std::string> cache;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  const std::string key = path + "|" + std::to_string(size) + "|" + std::to_string(mtime);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, common::sha256_file(path)).first;
+  return it->second;
+}
+
 // Prefill, decode and MoE training replay a trace; dense training and synthetic workloads need none.
 bool needs_trace(const Scenario& s, const models::Architecture& arch) {
   if (s.workload.mode == WorkloadMode::kSynthetic) return false;
@@ -62,7 +76,7 @@ Inputs load_inputs(const Scenario& s) {
     if (!in.arch.is_moe())
       throw common::InputError("architecture " + in.arch.name + " is dense: prefill and decode replay a routing trace of an MoE model");
     if (s.trace.empty()) throw common::InputError("workload.mode " + workload_mode_name(s.workload.mode) + " needs a trace");
-    in.trace_sha256 = common::sha256_file(s.trace);
+    in.trace_sha256 = cached_sha256(s.trace);
     auto reader = traces::open_trace(s.trace);
     const auto& shape = reader->meta().shape;
     if (shape.layers != in.arch.moe_layers || shape.num_experts != in.arch.num_experts || shape.top_k != in.arch.top_k)
@@ -181,8 +195,8 @@ std::vector<int> choose_auto_chunks(const Scenario& s, const Inputs& in, nlohman
 
 // The simulation of one timeline, to run in a child process (captures by value).
 std::function<SimResult()> timeline_job(const Scenario& s, const Inputs& in, std::vector<int> chunks, bool contention,
-                                        std::string label) {
-  return [&s, &in, chunks = std::move(chunks), contention, label = std::move(label)]() {
+                                        std::string label, std::string dump = {}) {
+  return [&s, &in, chunks = std::move(chunks), contention, label = std::move(label), dump = std::move(dump)]() {
     std::unique_ptr<traces::TraceReader> reader;
     std::unique_ptr<StepSource> source;
     if (needs_trace(s, in.arch)) {
@@ -202,11 +216,13 @@ std::function<SimResult()> timeline_job(const Scenario& s, const Inputs& in, std
     si.options.contention = contention;
     si.options.dispatch = s.dispatch;
     si.options.power_cap = s.power_cap;
+    si.options.clock_limit = s.clock_limit;
     si.options.steps = s.workload.steps;
     si.options.warmup_steps = s.workload.warmup_steps;
     si.options.timeline_steps = 3;
     si.options.simgrid_cfg = s.simgrid_cfg;
     si.options.label = label;
+    si.options.dump_activities = dump;
     return simulate(si);
   };
 }
@@ -259,7 +275,8 @@ double percentile(std::vector<double> v, double q) {
   return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
-VariantResult run_variant(const Variant& variant, const std::function<void(const std::string&)>& progress) {
+VariantResult run_variant(const Variant& variant, const std::function<void(const std::string&)>& progress,
+                          const RunOptions& options) {
   const Scenario& s = variant.scenario;
   VariantResult out;
   out.name = variant.name;
@@ -292,7 +309,7 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
   std::vector<std::function<SimResult()>> jobs;
   std::vector<std::string> labels;
   auto add = [&](const std::vector<int>& chunks, bool contention, const std::string& label) {
-    jobs.push_back(timeline_job(s, in, chunks, contention, label));
+    jobs.push_back(timeline_job(s, in, chunks, contention, label, jobs.empty() ? options.dump_activities : ""));
     labels.push_back(label);
   };
   add(requested_chunks, req != OverlapPolicy::kIdeal, overlap_policy_name(req));
@@ -372,6 +389,7 @@ std::string scenario_yaml(const Scenario& s) {
   y << "overlap: {policy: " << overlap_policy_name(s.overlap.policy) << ", chunks: " << s.overlap.chunks
     << ", timelines: " << (s.overlap.timelines == Timelines::kAll ? "all" : "requested") << "}\n";
   y << "dispatch: {mode: " << dispatch_mode_name(s.dispatch) << "}\npower_cap: " << (s.power_cap > 0 ? num(s.power_cap) + "W" : "none")
+    << "\nclock_limit: " << (s.clock_limit > 0 ? num(s.clock_limit / 1e6) + "MHz" : "none")
     << "\nseed: " << s.seed << "\n";
   return y.str();
 }

@@ -48,8 +48,13 @@ struct VariantResult {
   nlohmann::json inputs;  // input hashes
 };
 
+struct RunOptions {
+  std::string dump_activities;  // the requested timeline's activities go to this file ("" = none)
+};
+
 // Runs one variant (every simulation in a child process). `progress` is told each finished timeline.
-VariantResult run_variant(const Variant& variant, const std::function<void(const std::string&)>& progress = {});
+VariantResult run_variant(const Variant& variant, const std::function<void(const std::string&)>& progress = {},
+                          const RunOptions& options = {});
 
 nlohmann::json context_block(const Study& study);
 nlohmann::json variant_json(const VariantResult& v, bool with_details);

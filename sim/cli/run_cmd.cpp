@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "common/error.hpp"
+#include "common/files.hpp"
 #include "sim/cli/cli.hpp"
 #include "sim/runner.hpp"
 #include "sim/study.hpp"
@@ -38,17 +39,22 @@ std::string now_utc() {
 
 int run_command(const Args& args, Context& ctx) {
   po::options_description opts("Options");
-  std::string study_path, out_dir;
+  std::string study_path, out_dir, dump_path;
   std::vector<std::string> sets;
   opts.add_options()("study", po::value(&study_path)->required(), "the study file (YAML)")(
       "output,o", po::value(&out_dir), "output folder (required unless --check)")(
       "set", po::value(&sets)->composing(), "override a study key: --set base.workload.steps=20 (repeatable)")(
       "check", po::bool_switch(), "validate the study and every variant, then exit")(
       "force", po::bool_switch(), "write into a non-empty output folder")(
-      "quiet,q", po::bool_switch(), "no progress lines");
+      "quiet,q", po::bool_switch(), "no progress lines")(
+      "dump-activities", po::value(&dump_path),
+      "write every execution and transfer of the simulation to FILE, for moesim-replay (one variant, "
+      "overlap.timelines: requested; see bench/replay/FORMAT.md)");
   po::positional_options_description pos;
   pos.add("study", 1);
-  auto vm = parse_options(args, opts, pos, "moesim run STUDY.yaml -o DIR [--set key.path=value ...] [--check] [--force]",
+  auto vm = parse_options(args, opts, pos,
+                          "moesim run STUDY.yaml -o DIR [--set key.path=value ...] [--check] [--force]"
+                          " [--dump-activities FILE]",
                           "Runs every variant of a study in the SimGrid simulator and writes DIR/results.csv,\n"
                           "DIR/results.json and DIR/variants/NAME/ (result.json, timeline.json for Perfetto,\n"
                           "scenario.yaml). See docs/study-format.md.",
@@ -62,6 +68,16 @@ int run_command(const Args& args, Context& ctx) {
     return common::kExitOk;
   }
   if (out_dir.empty()) throw common::UsageError("missing -o DIR (the output folder); see moesim run --help");
+  if (!dump_path.empty()) {
+    if (study.variants.size() != 1)
+      throw common::UsageError("--dump-activities records one simulation, but study " + study.name + " has " +
+                               std::to_string(study.variants.size()) +
+                               " variants; run a study without a sweep, or pin the swept key with --set");
+    if (study.variants.front().scenario.overlap.timelines != sim::Timelines::kRequested)
+      throw common::UsageError("--dump-activities records one simulation, but overlap.timelines is all; pass "
+                               "--set base.overlap.timelines=requested");
+    common::check_can_write(dump_path, (*vm)["force"].as<bool>());
+  }
   prepare_output_dir(out_dir, (*vm)["force"].as<bool>());
   const bool quiet = (*vm)["quiet"].as<bool>();
   const auto wall0 = std::chrono::steady_clock::now();
@@ -71,9 +87,11 @@ int run_command(const Args& args, Context& ctx) {
     const auto& v = study.variants[i];
     const auto t0 = std::chrono::steady_clock::now();
     if (!quiet) ctx.err << "[" << i + 1 << "/" << study.variants.size() << "] " << v.name << "\n";
-    results.push_back(sim::run_variant(v, [&](const std::string& what) {
-      if (!quiet) ctx.err << "    simulated " << what << "\n";
-    }));
+    results.push_back(sim::run_variant(
+        v, [&](const std::string& what) {
+          if (!quiet) ctx.err << "    simulated " << what << "\n";
+        },
+        sim::RunOptions{dump_path}));
     wall[v.name] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   char host[256] = "unknown";

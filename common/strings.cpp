@@ -52,6 +52,17 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep) {
   return out;
 }
 
+std::string describe_ranges(const std::vector<int>& values) {
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < values.size();) {
+    std::size_t j = i;
+    while (j + 1 < values.size() && values[j + 1] == values[j] + 1) ++j;
+    parts.push_back(j == i ? std::to_string(values[i]) : std::to_string(values[i]) + ".." + std::to_string(values[j]));
+    i = j + 1;
+  }
+  return join(parts, ", ");
+}
+
 std::string quoted(std::string_view text, std::size_t max_len) {
   std::string out = "\"";
   std::size_t n = 0;

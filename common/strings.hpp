@@ -14,6 +14,8 @@ std::optional<std::string> closest_match(std::string_view word, const std::vecto
 // " (did you mean "x"?)" or "".
 std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
+// An ascending list as ranges, for messages: {0, 2, 5, 6, 7} -> "0, 2, 5..7".
+std::string describe_ranges(const std::vector<int>& values);
 // Quotes for messages, escaping control characters and cutting long values. Call it qualified
 // (common::quoted): unqualified calls on std::string arguments find std::quoted by ADL.
 std::string quoted(std::string_view text, std::size_t max_len = 60);

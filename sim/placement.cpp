@@ -35,17 +35,6 @@ bool looks_like_path(const std::string& s) {
   return s.find('/') != std::string::npos || s.ends_with(".yaml") || s.ends_with(".yml");
 }
 
-// "1..26", "0, 2, 5..9": the ascending layer list as ranges, for messages.
-std::string describe_layers(const std::vector<int>& layers) {
-  std::vector<std::string> parts;
-  for (std::size_t i = 0; i < layers.size();) {
-    std::size_t j = i;
-    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
-    parts.push_back(j == i ? std::to_string(layers[i]) : std::to_string(layers[i]) + ".." + std::to_string(layers[j]));
-    i = j + 1;
-  }
-  return common::join(parts, ", ");
-}
 
 // What a placement file stores for its architecture or cluster: the name when the config is a shipped
 // one (it resolves by name to the same file), else the absolute path of the file it was loaded from.
@@ -250,8 +239,8 @@ void validate_placement(const Placement& placement, const models::Architecture& 
   auto fail = [&](const std::string& what) { throw InputError(file + ": " + what); };
   if (!arch.is_moe()) fail("architecture " + arch.name + " is dense: a placement needs an MoE architecture");
   if (placement.layers != arch.moe_layers)
-    fail("expected the MoE layers of " + arch.name + " (" + describe_layers(arch.moe_layers) + "), got layers " +
-         describe_layers(placement.layers));
+    fail("expected the MoE layers of " + arch.name + " (" + common::describe_ranges(arch.moe_layers) + "), got layers " +
+         common::describe_ranges(placement.layers));
   check_structure(placement, file);
   for (std::size_t l = 0; l < placement.ranks.size(); ++l)
     if (placement.ranks[l].size() != static_cast<std::size_t>(arch.num_experts))
@@ -315,7 +304,7 @@ Placement load_placement(const std::string& path) {
     const YamlNode layer_node = entry.at("layer");
     const int layer = static_cast<int>(layer_node.as_int(0, arch.num_layers - 1));
     if (!std::binary_search(arch.moe_layers.begin(), arch.moe_layers.end(), layer))
-      layer_node.fail("expected an MoE layer of " + arch.name + " (" + describe_layers(arch.moe_layers) +
+      layer_node.fail("expected an MoE layer of " + arch.name + " (" + common::describe_ranges(arch.moe_layers) +
                       "), got layer " + std::to_string(layer) + ", a dense layer");
     if (auto [it, inserted] = listed_at.emplace(layer, layer_node.location()); !inserted)
       layer_node.fail("expected each layer once, got layer " + std::to_string(layer) + " again (first at " +
@@ -356,7 +345,7 @@ Placement load_placement(const std::string& path) {
     auto it = by_layer.find(layer);
     if (it == by_layer.end())
       layers_node.fail("expected an entry for every MoE layer of " + arch.name + " (" +
-                       describe_layers(arch.moe_layers) + "), got none for layer " + std::to_string(layer));
+                       common::describe_ranges(arch.moe_layers) + "), got none for layer " + std::to_string(layer));
     p.layers.push_back(layer);
     p.ranks.push_back(std::move(it->second));
   }

@@ -126,16 +126,6 @@ bool looks_like_path(const std::string& s) {
 
 bool is_power_of_two(std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-std::string describe_layers(const std::vector<int>& layers) {
-  std::vector<std::string> parts;
-  for (std::size_t i = 0; i < layers.size();) {
-    std::size_t j = i;
-    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
-    parts.push_back(j == i ? std::to_string(layers[i]) : std::to_string(layers[i]) + ".." + std::to_string(layers[j]));
-    i = j + 1;
-  }
-  return common::join(parts, ", ");
-}
 
 // Configs loaded while validating, shared by the variants of one study (they often name the same ones).
 struct Loaded {
@@ -313,9 +303,9 @@ Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& 
         loaded.traces, s.trace, *trace_node, [](const std::string& p) { return traces::open_trace(p)->meta().shape; });
     if (shape.layers != arch.moe_layers || shape.num_experts != arch.num_experts || shape.top_k != arch.top_k)
       trace_node->fail("expected a trace of " + arch.name + "'s routing (MoE layers " +
-                       describe_layers(arch.moe_layers) + ", " + std::to_string(arch.num_experts) + " experts, top-" +
+                       common::describe_ranges(arch.moe_layers) + ", " + std::to_string(arch.num_experts) + " experts, top-" +
                        std::to_string(arch.top_k) + "), got one of " + common::quoted(shape.architecture) +
-                       " (MoE layers " + describe_layers(shape.layers) + ", " + std::to_string(shape.num_experts) +
+                       " (MoE layers " + common::describe_ranges(shape.layers) + ", " + std::to_string(shape.num_experts) +
                        " experts, top-" + std::to_string(shape.top_k) + ")");
   } else if (arch.is_moe() && !synthetic) {
     (trace_node ? *trace_node : node)

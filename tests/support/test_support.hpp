@@ -4,9 +4,12 @@
 
 #include <filesystem>
 #include <string>
+#include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
+
+#include "common/error.hpp"
 
 namespace moesim::testing {
 
@@ -37,6 +40,20 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// The message `f` throws as an InputError, "usage: " + the message of a UsageError, or "" if it
+// throws neither.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const common::InputError& e) {
+    return e.what();
+  } catch (const common::UsageError& e) {
+    return std::string("usage: ") + e.what();
+  }
+  return "";
+}
 
 struct CliResult {
   int exit_code = -1;

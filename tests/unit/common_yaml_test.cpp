@@ -5,6 +5,9 @@
 #include "common/error.hpp"
 #include "common/hash.hpp"
 #include "common/yaml.hpp"
+#include "tests/support/test_support.hpp"
+
+using moesim::testing::error_of;
 
 using moesim::common::InputError;
 using moesim::common::UnitKind;
@@ -12,19 +15,6 @@ using moesim::common::UsageError;
 using moesim::common::YamlDocument;
 
 namespace {
-
-// The message a load or an access throws, or "" if none.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const UsageError& e) {
-    return std::string("usage: ") + e.what();
-  }
-  return "";
-}
 
 std::string load_error(const std::string& text) {
   return error_of([&] { YamlDocument::load_string(text, "t.yaml"); });

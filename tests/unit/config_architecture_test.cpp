@@ -11,6 +11,8 @@
 #include "models/cluster.hpp"
 #include "tests/support/test_support.hpp"
 
+using moesim::testing::error_of;
+
 using moesim::common::InputError;
 using moesim::common::UsageError;
 using moesim::common::YamlDocument;
@@ -22,17 +24,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const UsageError& e) {
-    return std::string("usage: ") + e.what();
-  }
-  return "";
-}
 
 Architecture parse(const std::string& text) {
   auto doc = YamlDocument::load_string(text, "a.yaml");

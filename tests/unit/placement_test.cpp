@@ -18,6 +18,8 @@
 #include "tests/support/test_support.hpp"
 #include "traces/memory_trace.hpp"
 
+using moesim::testing::error_of;
+
 using moesim::common::InputError;
 using moesim::common::UsageError;
 using moesim::models::Architecture;
@@ -67,17 +69,6 @@ std::vector<std::vector<int>> by_rank(const Placement& p, std::size_t l) {
   return out;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const UsageError& e) {
-    return std::string("usage: ") + e.what();
-  }
-  return "";
-}
 
 fs::path data(const std::string& name) { return moesim::testing::test_data_dir() / "placements" / (name + ".yaml"); }
 

@@ -17,6 +17,8 @@
 #include "models/costs.hpp"
 #include "tests/support/test_support.hpp"
 
+using moesim::testing::error_of;
+
 using moesim::common::InputError;
 using moesim::common::UsageError;
 using moesim::common::YamlDocument;
@@ -32,17 +34,6 @@ namespace {
 
 fs::path profile_data(const std::string& name) { return moesim::testing::test_data_dir() / "profiles" / name; }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const UsageError& e) {
-    return std::string("usage: ") + e.what();
-  }
-  return "";
-}
 
 bool close(double a, double b, double rel = 1e-12) {
   return std::abs(a - b) <= rel * std::max(std::abs(a), std::abs(b));

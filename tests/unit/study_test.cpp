@@ -15,6 +15,8 @@
 #include "sim/placement.hpp"
 #include "tests/support/test_support.hpp"
 
+using moesim::testing::error_of;
+
 using moesim::common::InputError;
 using moesim::common::UsageError;
 using moesim::sim::DispatchMode;
@@ -32,17 +34,6 @@ namespace {
 fs::path studies() { return moesim::testing::test_data_dir() / "studies"; }
 fs::path study(const std::string& name) { return studies() / (name + ".yaml"); }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const UsageError& e) {
-    return std::string("usage: ") + e.what();
-  }
-  return "";
-}
 
 std::vector<std::string> names_of(const Study& s) {
   std::vector<std::string> out;

@@ -79,6 +79,8 @@ std::vector<Command> builtin_commands() {
   register_config_commands(commands);
   register_run_commands(commands);
   register_place_commands(commands);
+  register_study_commands(commands);
+  register_report_commands(commands);
   std::stable_sort(commands.begin(), commands.end(),
                    [](const Command& a, const Command& b) { return a.words < b.words; });
   return commands;

@@ -48,6 +48,8 @@ void register_trace_stats_commands(std::vector<Command>& commands);   // stats, 
 void register_config_commands(std::vector<Command>& commands);        // config check
 void register_run_commands(std::vector<Command>& commands);           // run
 void register_place_commands(std::vector<Command>& commands);         // place, place evaluate/compare/export
+void register_study_commands(std::vector<Command>& commands);         // study, study merge
+void register_report_commands(std::vector<Command>& commands);        // report
 
 // Runs the command line (argv without the program name); the whole CLI, for main() and tests.
 int run_cli(const Args& argv, Context& ctx);

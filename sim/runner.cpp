@@ -15,6 +15,7 @@
 #include <numeric>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "common/build_info.hpp"
 #include "common/error.hpp"
@@ -40,6 +41,8 @@ struct Inputs {
   int ep = 1;
   int tp = 1;
   std::string trace_sha256;
+  std::string placement_file;  // the cached placement file, with RunOptions::placement_cache
+  bool placement_solved = false;
 };
 
 // The variants of a study share their trace: hash each file once per process (keyed by path, size
@@ -62,7 +65,37 @@ bool needs_trace(const Scenario& s, const models::Architecture& arch) {
   return true;
 }
 
-Inputs load_inputs(const Scenario& s) {
+// What a solved placement depends on; equal keys give equal placements (policies are deterministic).
+nlohmann::json placement_cache_key(const Scenario& s, const Inputs& in) {
+  return {{"policy", s.placement.policy},
+          {"replicas", s.placement.replicas},
+          {"groups", s.placement.groups},
+          {"seed", s.seed},
+          {"architecture", in.arch.name},
+          {"architecture_sha256", common::sha256_file(in.arch.source_file)},
+          {"cluster", in.cluster.name},
+          {"cluster_sha256", common::sha256_file(in.cluster.source_file)},
+          {"ep", in.ep},
+          {"tp", in.tp},
+          {"trace_sha256", in.trace_sha256}};
+}
+
+// Solver reports carry wall-clock seconds; a cached placement drops them so that the same input
+// gives the same file, byte for byte, in every shard.
+nlohmann::json without_wall_times(const nlohmann::json& report) {
+  if (report.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& x : report) out.push_back(without_wall_times(x));
+    return out;
+  }
+  if (!report.is_object()) return report;
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [k, v] : report.items())
+    if (k != "seconds" && k != "wall_s") out[k] = without_wall_times(v);
+  return out;
+}
+
+Inputs load_inputs(const Scenario& s, const RunOptions& options) {
   Inputs in;
   in.arch = models::load_architecture(s.architecture);
   in.cluster = models::load_cluster(s.cluster);
@@ -92,20 +125,52 @@ Inputs load_inputs(const Scenario& s) {
         throw common::InputError(s.placement.file + ": the placement is for " + std::to_string(in.placement.ep) +
                                  " EP ranks, the scenario runs " + std::to_string(in.ep));
     } else {
-      const auto registry = default_placement_registry();
-      const auto policy = registry.create(s.placement.policy);
-      RoutingCounts routing;
-      if (policy->needs_routing()) {
-        auto r = traces::open_trace(s.trace);
-        routing = count_routing(*r, in.trace_sha256);
+      auto solve = [&] {
+        const auto registry = default_placement_registry();
+        const auto policy = registry.create(s.placement.policy);
+        RoutingCounts routing;
+        if (policy->needs_routing()) {
+          auto r = traces::open_trace(s.trace);
+          routing = count_routing(*r, in.trace_sha256);
+        }
+        PlacementOptions opts;
+        opts.replicas = s.placement.replicas;
+        opts.groups = s.placement.groups;
+        opts.seed = s.seed;
+        PlacementInput pin{in.arch, in.cluster, in.ep, in.tp, policy->needs_routing() ? &routing : nullptr, opts};
+        Placement p = policy->place(pin);
+        validate_placement(p, in.arch, "placement policy " + s.placement.policy);
+        return p;
+      };
+      if (options.placement_cache.empty()) {
+        in.placement = solve();
+      } else {
+        const nlohmann::json key = placement_cache_key(s, in);
+        const fs::path file =
+            fs::path(options.placement_cache) / (s.placement.policy + "-" + common::sha256_hex(key.dump()).substr(0, 12) + ".yaml");
+        std::error_code ec;
+        if (!fs::exists(file, ec)) {
+          Placement p = solve();
+          p.report = without_wall_times(p.report);
+          p.report["cache_key"] = key;
+          fs::create_directories(file.parent_path(), ec);
+          if (ec) throw common::RunError("cannot create " + file.parent_path().string() + ": " + ec.message());
+          save_placement(p, file.string(), true);
+          in.placement_solved = true;
+        }
+        // Read back even when just solved, so every variant runs the placement as the file holds it.
+        in.placement = load_placement(file.string());
+        if (!in.placement.report.contains("cache_key") || in.placement.report["cache_key"] != key)
+          throw common::InputError(file.string() + ": this cached placement was solved for other inputs than this variant's (" +
+                                   key.dump() + "); delete the file and run again to solve it afresh");
+        validate_placement(in.placement, in.arch, file.string());
+        if (in.placement.ep != in.ep || in.placement.tp != in.tp)
+          throw common::InputError(file.string() + ": the cached placement is for ep " + std::to_string(in.placement.ep) +
+                                   ", tp " + std::to_string(in.placement.tp) + ", the scenario runs ep " +
+                                   std::to_string(in.ep) + ", tp " + std::to_string(in.tp) +
+                                   "; delete the file and run again to solve it afresh");
+        in.placement_file = file.string();
       }
-      PlacementOptions opts;
-      opts.replicas = s.placement.replicas;
-      opts.groups = s.placement.groups;
-      opts.seed = s.seed;
-      PlacementInput pin{in.arch, in.cluster, in.ep, in.tp, policy->needs_routing() ? &routing : nullptr, opts};
-      in.placement = policy->place(pin);
-      validate_placement(in.placement, in.arch, "placement policy " + s.placement.policy);
     }
     in.has_placement = true;
   }
@@ -282,8 +347,10 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
   out.name = variant.name;
   out.scenario = s;
   out.assignments = variant.assignments;
-  Inputs in = load_inputs(s);
+  Inputs in = load_inputs(s, options);
   out.profile_name = in.profile.name;
+  out.placement_file = in.placement_file;
+  out.placement_solved = in.placement_solved;
   out.profile_sources = in.profile.source_kinds();
   out.placement_policy = in.has_placement ? in.placement.policy : "";
   out.placement_report = in.has_placement ? in.placement.report : nlohmann::json::object();
@@ -293,6 +360,7 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
                 {"profile_sha256", common::sha256_file(in.profile.source_file)}};
   if (!s.trace.empty()) out.inputs["trace_sha256"] = in.trace_sha256;
   if (!s.placement.file.empty()) out.inputs["placement_sha256"] = common::sha256_file(s.placement.file);
+  if (!in.placement_file.empty()) out.inputs["placement_sha256"] = common::sha256_file(in.placement_file);
 
   const int n_layers = s.workload.mode == WorkloadMode::kSynthetic ? s.workload.synthetic_layers : in.arch.num_layers;
   const int N = std::max(1, s.overlap.chunks);
@@ -440,6 +508,7 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
       {"trace_repeated", v.timelines.front().trace_repeated},
       {"dispatch_mode_ran", dispatch_mode_name(v.scenario.dispatch)},
   };
+  if (!v.placement_file.empty()) j["inputs"]["placement_file"] = v.placement_file;
   if (!v.auto_decisions.empty()) j["auto_decisions"] = v.auto_decisions;
   if (with_details) {
     j["placement_policy"] = v.placement_policy;
@@ -458,6 +527,107 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
     j["timelines"] = tl;
   }
   return j;
+}
+
+VariantResult variant_result_from_json(const nlohmann::json& j, const std::string& where) {
+  auto fail = [&](const std::string& what) -> void {
+    throw common::InputError(where + ": " + what + "; it was not written by this version of moesim, or was edited: " +
+                             "delete its variant folder and run again (--resume reruns it)");
+  };
+  auto at = [&](const nlohmann::json& obj, const std::string& key, const std::string& path) -> const nlohmann::json& {
+    if (!obj.is_object() || !obj.contains(key)) fail("expected the key " + path + key + ", found none");
+    return obj.at(key);
+  };
+  // Written by jnum: null stands for NaN (not run, or undefined).
+  auto number = [&](const nlohmann::json& obj, const std::string& key, const std::string& path) {
+    const auto& x = at(obj, key, path);
+    if (x.is_null()) return kNaN;
+    if (!x.is_number()) fail("expected a number at " + path + key + ", found " + x.dump());
+    return x.get<double>();
+  };
+  auto text = [&](const nlohmann::json& obj, const std::string& key, const std::string& path) {
+    const auto& x = at(obj, key, path);
+    if (!x.is_string()) fail("expected a string at " + path + key + ", found " + x.dump());
+    return x.get<std::string>();
+  };
+  auto integer = [&](const nlohmann::json& obj, const std::string& key, const std::string& path) {
+    const auto& x = at(obj, key, path);
+    if (!x.is_number_integer()) fail("expected an integer at " + path + key + ", found " + x.dump());
+    return x.get<int>();
+  };
+  auto enum_of = [&](const std::string& value, const std::string& path, auto name_of, auto... values) {
+    for (auto v : {values...})
+      if (name_of(v) == value) return v;
+    fail("unexpected value \"" + value + "\" at " + path);
+    return std::get<0>(std::make_tuple(values...));
+  };
+
+  VariantResult v;
+  v.name = text(j, "name", "variant.");
+  const auto& assignments = at(j, "assignments", "variant.");
+  if (!assignments.is_object()) fail("expected an object at variant.assignments");
+  for (const auto& [k, val] : assignments.items()) {
+    if (!val.is_string()) fail("expected a string at variant.assignments." + k);
+    v.assignments.emplace_back(k, val.get<std::string>());
+  }
+  const auto& in = at(j, "inputs", "variant.");
+  const std::string ip = "variant.inputs.";
+  Scenario& s = v.scenario;
+  s.architecture = text(in, "architecture", ip);
+  s.cluster = text(in, "cluster", ip);
+  v.profile_name = text(in, "profile", ip);
+  for (const auto& k : at(in, "profile_sources", ip)) {
+    if (!k.is_string()) fail("expected strings at " + ip + "profile_sources");
+    v.profile_sources.push_back(k.get<std::string>());
+  }
+  s.tp = integer(in, "tp", ip);
+  s.ep = integer(in, "ep", ip);
+  s.workload.mode = enum_of(text(in, "mode", ip), ip + "mode", workload_mode_name, WorkloadMode::kPrefill,
+                            WorkloadMode::kDecode, WorkloadMode::kTraining, WorkloadMode::kSynthetic);
+  // The label the tables print (a policy, or a placement file's name).
+  s.placement.policy = text(in, "placement", ip);
+  s.overlap.policy = enum_of(text(in, "overlap", ip), ip + "overlap", overlap_policy_name, OverlapPolicy::kSequential,
+                             OverlapPolicy::kOverlapped, OverlapPolicy::kIdeal, OverlapPolicy::kAuto);
+  s.overlap.chunks = integer(in, "chunks", ip);
+  s.dispatch = enum_of(text(in, "dispatch", ip), ip + "dispatch", dispatch_mode_name, DispatchMode::kFlat,
+                       DispatchMode::kHierarchical);
+  const double cap = number(in, "power_cap_W", ip);
+  s.power_cap = std::isnan(cap) ? 0.0 : cap;
+  s.workload.steps = integer(in, "steps", ip);
+  v.inputs = at(in, "hashes", ip);
+  if (in.contains("placement_file")) v.placement_file = text(in, "placement_file", ip);
+  if (j.contains("auto_decisions")) v.auto_decisions = j.at("auto_decisions");
+
+  auto& sum = v.summary;
+  const auto& lat = at(j, "step_latency_s", "variant.");
+  const std::string lp = "variant.step_latency_s.";
+  sum.p50 = number(lat, "p50", lp);
+  sum.p90 = number(lat, "p90", lp);
+  sum.p99 = number(lat, "p99", lp);
+  sum.max = number(lat, "max", lp);
+  sum.mean = number(lat, "mean", lp);
+  sum.throughput = number(j, "throughput_tokens_per_s", "variant.");
+  sum.token_tail = number(j, "token_tail_s", "variant.");
+  sum.a2a_tail = number(j, "a2a_tail_s", "variant.");
+  sum.a2a_avg = number(j, "a2a_avg_s", "variant.");
+  sum.energy_per_step = number(j, "energy_per_step_J", "variant.");
+  sum.energy_per_token = number(j, "energy_per_token_J", "variant.");
+  sum.avg_power = number(j, "avg_power_W", "variant.");
+  sum.peak_power = number(j, "peak_power_W", "variant.");
+  sum.utilisation = number(j, "utilisation", "variant.");
+  sum.compute_slowdown = number(j, "compute_slowdown", "variant.");
+  sum.chunking_cost = number(j, "chunking_cost", "variant.");
+  const auto& tl = at(j, "timelines_p50_s", "variant.");
+  sum.sequential_p50 = number(tl, "sequential", "variant.timelines_p50_s.");
+  sum.overlapped_p50 = number(tl, "overlapped", "variant.timelines_p50_s.");
+  sum.ideal_p50 = number(tl, "ideal", "variant.timelines_p50_s.");
+  const auto& repeated = at(j, "trace_repeated", "variant.");
+  if (!repeated.is_boolean()) fail("expected true or false at variant.trace_repeated");
+  SimResult first;
+  first.label = overlap_policy_name(s.overlap.policy);
+  first.trace_repeated = repeated.get<bool>();
+  v.timelines.push_back(std::move(first));
+  return v;
 }
 
 std::string results_csv(const std::vector<VariantResult>& results, const std::string& baseline) {
@@ -523,6 +693,20 @@ std::string results_table(const std::vector<VariantResult>& results, const std::
   return out.str();
 }
 
+void write_variant_files(const std::string& vdir, const nlohmann::json& context, const VariantResult& r) {
+  const fs::path dir(vdir);
+  nlohmann::json trace = {{"displayTimeUnit", "ms"}, {"traceEvents", r.timelines.front().timeline}};
+  for (std::size_t g = 0; g < r.timelines.front().gpus.size(); ++g) {
+    trace["traceEvents"].push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", g}, {"args", {{"name", "GPU " + std::to_string(g)}}}});
+    trace["traceEvents"].push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", g}, {"tid", 0}, {"args", {{"name", "compute"}}}});
+    trace["traceEvents"].push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", g}, {"tid", 1}, {"args", {{"name", "communication"}}}});
+  }
+  common::write_file_atomic(dir / "timeline.json", trace.dump() + "\n", true);
+  common::write_file_atomic(dir / "scenario.yaml", scenario_yaml(r.scenario), true);
+  const nlohmann::json v = {{"schema_version", 1}, {"context", context}, {"variant", variant_json(r, true)}};
+  common::write_file_atomic(dir / "result.json", v.dump(2) + "\n", true);
+}
+
 void write_results(const std::string& dir, const Study& study, const std::vector<VariantResult>& results,
                    const nlohmann::json& run_info) {
   const fs::path root(dir);
@@ -536,16 +720,7 @@ void write_results(const std::string& dir, const Study& study, const std::vector
   for (const auto& r : results) {
     const fs::path vdir = root / "variants" / r.name;
     fs::create_directories(vdir);
-    nlohmann::json v = {{"schema_version", 1}, {"context", context_block(study)}, {"variant", variant_json(r, true)}};
-    common::write_file_atomic(vdir / "result.json", v.dump(2) + "\n", true);
-    nlohmann::json trace = {{"displayTimeUnit", "ms"}, {"traceEvents", r.timelines.front().timeline}};
-    for (std::size_t g = 0; g < r.timelines.front().gpus.size(); ++g) {
-      trace["traceEvents"].push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", g}, {"args", {{"name", "GPU " + std::to_string(g)}}}});
-      trace["traceEvents"].push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", g}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-      trace["traceEvents"].push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", g}, {"tid", 1}, {"args", {{"name", "communication"}}}});
-    }
-    common::write_file_atomic(vdir / "timeline.json", trace.dump() + "\n", true);
-    common::write_file_atomic(vdir / "scenario.yaml", scenario_yaml(r.scenario), true);
+    write_variant_files(vdir.string(), context_block(study), r);
   }
   common::write_file_atomic(root / "results.csv", results_csv(results, study.baseline), true);
   common::write_file_atomic(root / "results.json", doc.dump(2) + "\n", true);

@@ -41,6 +41,10 @@ struct VariantResult {
   std::vector<std::string> profile_sources;  // kinds of values the profile holds
   std::string placement_policy;
   nlohmann::json placement_report;
+  // With RunOptions::placement_cache: the cached placement file the variant ran with (its SHA-256 is
+  // inputs["placement_sha256"]), and whether this run solved it (false: an earlier variant had).
+  std::string placement_file;
+  bool placement_solved = false;
   std::vector<int> layer_chunks;
   nlohmann::json auto_decisions = nlohmann::json::array();
   std::vector<SimResult> timelines;  // the requested one first
@@ -50,6 +54,11 @@ struct VariantResult {
 
 struct RunOptions {
   std::string dump_activities;  // the requested timeline's activities go to this file ("" = none)
+  // A folder of solved placements: a policy placement is solved once per distinct input (policy,
+  // replicas, groups, seed, architecture, cluster, ep, tp, trace SHA-256) into
+  // FOLDER/<policy>-<short hash>.yaml and read back from there by every variant with that input.
+  // "" = solve in memory for each variant.
+  std::string placement_cache;
 };
 
 // Runs one variant (every simulation in a child process). `progress` is told each finished timeline.
@@ -58,6 +67,10 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
 
 nlohmann::json context_block(const Study& study);
 nlohmann::json variant_json(const VariantResult& v, bool with_details);
+// The inverse of variant_json for what results_csv, results_table and variant_json(v, false) read:
+// builds a VariantResult from a result.json "variant" object, so tables can be made from the files on
+// disk. Throws InputError naming `where` for a missing or mistyped field.
+VariantResult variant_result_from_json(const nlohmann::json& variant, const std::string& where);
 std::string results_csv(const std::vector<VariantResult>& results, const std::string& baseline);
 std::string scenario_yaml(const Scenario& s);
 // The console table.
@@ -65,6 +78,9 @@ std::string results_table(const std::vector<VariantResult>& results, const std::
 // Writes DIR's files (DIR must exist). run_info holds what changes between identical runs.
 void write_results(const std::string& dir, const Study& study, const std::vector<VariantResult>& results,
                    const nlohmann::json& run_info);
+// Writes one variant's files into `vdir` (which must exist): timeline.json, scenario.yaml, then
+// result.json ({schema_version, context, variant}) last, so a result.json means a complete folder.
+void write_variant_files(const std::string& vdir, const nlohmann::json& context, const VariantResult& result);
 
 double percentile(std::vector<double> values, double q);  // linear interpolation, q in [0, 1]
 // Simulations run at once: $MOESIM_JOBS, else the machine's hardware threads.

@@ -6,9 +6,12 @@ set -eu
 
 packages="g++ cmake ninja-build pkg-config libsimgrid-dev libglpk-dev libyaml-cpp-dev
 libboost-program-options-dev doctest-dev nlohmann-json3-dev"
+# The tests also open the study report in a real browser (chromium, headless; fonts so that text
+# renders) and run sharded studies through GNU parallel.
+test_packages="chromium fonts-dejavu-core parallel"
 for arg in "$@"; do
   case "$arg" in
-    --test) ;;  # the test suite needs nothing beyond the build dependencies yet
+    --test) packages="$packages $test_packages" ;;
     *) echo "setup.sh: unknown option $arg (expected --test)" >&2; exit 2 ;;
   esac
 done
@@ -23,7 +26,7 @@ for p in $packages; do
 done
 
 if [ -z "$missing" ]; then
-  echo "setup.sh: all build dependencies are installed"
+  echo "setup.sh: all dependencies are installed"
   exit 0
 fi
 

@@ -1,8 +1,5 @@
 // `moesim run STUDY.yaml -o DIR`: runs every variant of a study and writes the results layout.
-#include <unistd.h>
-
 #include <chrono>
-#include <ctime>
 #include <filesystem>
 #include <iostream>
 
@@ -11,6 +8,7 @@
 #include "sim/cli/cli.hpp"
 #include "sim/runner.hpp"
 #include "sim/study.hpp"
+#include "sim/study_run.hpp"
 
 namespace moesim::cli {
 
@@ -28,13 +26,6 @@ void prepare_output_dir(const std::string& dir, bool force) {
   }
   fs::create_directories(dir, ec);
   if (ec) throw common::RunError("cannot create " + dir + ": " + ec.message());
-}
-
-std::string now_utc() {
-  const std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 int run_command(const Args& args, Context& ctx) {
@@ -81,6 +72,8 @@ int run_command(const Args& args, Context& ctx) {
   prepare_output_dir(out_dir, (*vm)["force"].as<bool>());
   const bool quiet = (*vm)["quiet"].as<bool>();
   const auto wall0 = std::chrono::steady_clock::now();
+  sim::RunOptions run_options;
+  run_options.dump_activities = dump_path;
   std::vector<sim::VariantResult> results;
   nlohmann::json wall = nlohmann::json::object();
   for (std::size_t i = 0; i < study.variants.size(); ++i) {
@@ -91,14 +84,12 @@ int run_command(const Args& args, Context& ctx) {
         v, [&](const std::string& what) {
           if (!quiet) ctx.err << "    simulated " << what << "\n";
         },
-        sim::RunOptions{dump_path}));
+        run_options));
     wall[v.name] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  char host[256] = "unknown";
-  gethostname(host, sizeof host - 1);
   const nlohmann::json run_info = {
-      {"date", now_utc()},
-      {"host", host},
+      {"date", sim::run_date_utc()},
+      {"host", sim::run_host()},
       {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count()},
       {"variant_wall_s", wall}};
   sim::write_results(out_dir, study, results, run_info);

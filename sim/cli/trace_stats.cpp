@@ -105,8 +105,9 @@ int run_stats(const Args& args, Context& ctx) {
 }
 
 // Options that shape a synthetic trace; with --fit or --model they have no meaning.
-const std::vector<std::string> kSyntheticOnly = {"zipf",     "hot-experts", "hot-share", "affinity",
-                                                 "drift",    "seq-len",     "seq-len-range"};
+const std::vector<std::string> kSyntheticOnly = {"zipf",          "hot-experts", "hot-share",
+                                                 "affinity",      "drift",       "seq-len",
+                                                 "seq-len-range", "expert-counts", "popularity-seed"};
 const std::vector<std::string> kFitOnly = {"fit-jump", "fit-mutation", "fit-max-tokens", "save-model"};
 
 void parse_seq_len(const po::variables_map& vm, traces::SyntheticParams& p) {
@@ -174,6 +175,10 @@ int run_generate(const Args& args, Context& ctx) {
       "force", po::bool_switch(), "replace existing output files");
   po::options_description synth("Synthetic traces (--architecture)");
   synth.add_options()("zipf", po::value<double>(), "Zipf exponent of expert popularity, 0..10 (default 1.0)")(
+      "expert-counts", po::value<std::string>(),
+      "per-layer expert shares from a count file (OLMoE format: {\"layer0\": {\"0\": n, ...}, ...}) instead of Zipf")(
+      "popularity-seed", po::value<std::string>(),
+      "seed of the experts' popularity ranking, independent of --seed (default 0)")(
       "hot-experts", po::value<int>(), "number of hot experts per layer (with --hot-share)")(
       "hot-share", po::value<double>(), "share of all assignments the hot experts receive, in (0, 1)")(
       "affinity", po::value<double>(), "cross-layer affinity, 0 (layers independent) .. 1 (default 0.5)")(
@@ -190,12 +195,13 @@ int run_generate(const Args& args, Context& ctx) {
   po::options_description all;
   all.add(what).add(common_opts).add(synth).add(fit);
   const std::string usage =
-      "moesim trace generate (--architecture NAME [synthetic options] | --fit SOURCE_TRACE [--save-model M.json] "
-      "| --model M.json) --tokens N [--seed 1] -o OUT [--force]";
+      "moesim trace generate (--architecture NAME [--expert-counts C.json] [synthetic options] "
+      "| --fit SOURCE_TRACE [--save-model M.json] | --model M.json) --tokens N [--seed 1] -o OUT [--force]";
   auto vm = parse_options(
       args, all, po::positional_options_description(), usage,
-      "Writes a routing trace. --architecture: a synthetic trace with tunable popularity (Zipf, hot\n"
-      "experts), cross-layer affinity, drift and sequence lengths. --fit: learns a routing model from a\n"
+      "Writes a routing trace. --architecture: a synthetic trace with tunable popularity (Zipf or given\n"
+      "expert counts, hot experts), cross-layer affinity, drift and sequence lengths; --seed drives the\n"
+      "sampling, --popularity-seed which experts are hot. --fit: learns a routing model from a\n"
       "real trace (per-layer expert shares and adjacent-layer pair statistics) and generates N tokens with\n"
       "the same statistics; --save-model keeps the model, --model reuses it. Deterministic: the same\n"
       "seed and options give a byte-identical trace. The models are described in docs/trace-generator.md.",
@@ -258,6 +264,24 @@ int run_generate(const Args& args, Context& ctx) {
     p.shape = arch.trace_shape();
     p.tokens = tokens;
     p.seed = seed;
+    if (vm->count("popularity-seed"))
+      p.popularity_seed = parse_uint((*vm)["popularity-seed"].as<std::string>(), "--popularity-seed");
+    if (vm->count("expert-counts")) {
+      if (vm->count("zipf"))
+        throw common::UsageError("--zipf and --expert-counts both given: the counts replace the Zipf law; drop one");
+      if (vm->count("popularity-seed"))
+        throw common::UsageError("--popularity-seed and --expert-counts both given: with counts the experts rank by "
+                                 "their counts; drop --popularity-seed");
+      const std::string counts = (*vm)["expert-counts"].as<std::string>();
+      std::vector<int> counted;
+      p.layer_shares = traces::load_expert_count_shares(counts, p.shape, &counted);
+      std::string layers_text;
+      for (int l : counted) layers_text += (layers_text.empty() ? "" : ", ") + std::to_string(l);
+      // The file's name and digest, not its path: the same counts give the same trace anywhere.
+      p.layer_shares_source = "expert counts " + fs::path(counts).filename().string() + " (sha256 " +
+                              common::sha256_file(counts).substr(0, 16) + ", layers " + layers_text +
+                              "; interpolated between, held after the last)";
+    }
     if (vm->count("zipf")) p.zipf = (*vm)["zipf"].as<double>();
     if (vm->count("hot-experts")) p.hot_experts = (*vm)["hot-experts"].as<int>();
     if (vm->count("hot-share")) p.hot_share = (*vm)["hot-share"].as<double>();

@@ -11,7 +11,10 @@
 #include "common/files.hpp"
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
+#include "sim/study.hpp"
 #include "tests/support/test_support.hpp"
+#include "traces/generate.hpp"
+#include "traces/trace.hpp"
 
 using moesim::models::Architecture;
 using moesim::models::Cluster;
@@ -231,4 +234,42 @@ TEST_CASE("shipped configs: the MoETuner and overlap-paper clusters") {
   const Cluster a100x4 = load_cluster("a100-sxm-4gpu");
   CHECK(a100x4.gpu_kind == "a100-sxm");
   CHECK(a100x4.bandwidth_between(0, 3) == doctest::Approx(100e9));  // NVLink3: 600 GB/s both ways over 3 peers
+}
+
+TEST_CASE("shipped configs: every study and paper study loads, with the paper traces generated") {
+  // The paper studies replay traces that tools/paper-traces.sh writes to out/paper-traces (not
+  // shipped): a copy of each study at the same depth of a scratch tree, with short traces of the same
+  // model there and traces/ linked to the source tree's, resolves every relative path as in the
+  // checkout.
+  moesim::testing::TempDir dir;
+  fs::create_directories(dir / "out" / "paper-traces");
+  fs::create_directory_symlink(moesim::testing::source_dir() / "traces", dir / "traces");
+  moesim::traces::SyntheticParams p;
+  p.shape = load_architecture("mixtral-8x7b").trace_shape();
+  p.tokens = 2048;
+  p.layer_shares = moesim::traces::load_expert_count_shares(
+      (moesim::testing::source_dir() / "traces/data/olmoe-mixtral-counts/mistral/expert_counts/wikipedia.json").string(),
+      p.shape);
+  for (const char* name : {"mixtral-wiki-a0", "mixtral-wiki-a0.3", "mixtral-wiki-a0.6", "mixtral-wiki-hot"}) {
+    const std::string path = (dir / "out" / "paper-traces" / (std::string(name) + ".mtr")).string();
+    auto w = moesim::traces::create_trace_writer(path, moesim::traces::synthetic_meta(p),
+                                                 moesim::traces::Encoding::kBinary, false);
+    moesim::traces::generate_synthetic(p, *w);
+    w->finish();
+  }
+  std::size_t papers = 0;
+  for (const char* kind : {"studies", "papers"}) {
+    fs::create_directories(dir / "configs" / kind);
+    for (const fs::path& file : yaml_files(kind)) {
+      CAPTURE(file);
+      const fs::path copy = dir / "configs" / kind / file.filename();
+      fs::copy_file(file, copy);
+      moesim::sim::Study study;
+      REQUIRE_NOTHROW(study = moesim::sim::load_study(copy.string()));
+      CHECK(study.name == file.stem().string());
+      CHECK(study.variants.size() >= 1);
+      if (std::string(kind) == "papers") ++papers;
+    }
+  }
+  CHECK(papers >= 5);
 }

@@ -474,3 +474,175 @@ TEST_CASE("fit: bad options and bad stored models are rejected with the key at f
   moesim::testing::write_text(dir / "bad.json", "{ not json");
   CHECK_THROWS_WITH_AS(load_model((dir / "bad.json").string()), doctest::Contains("not valid JSON"), common::InputError);
 }
+
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The experts of the n largest loads (ties by id), as a set.
+std::set<int> top_experts(const std::vector<double>& loads, std::size_t n) {
+  std::vector<int> order(loads.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return loads[static_cast<std::size_t>(a)] > loads[static_cast<std::size_t>(b)]; });
+  return std::set<int>(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+TraceShape mixtral_shape() {
+  TraceShape shape;
+  shape.architecture = "mixtral-8x7b";
+  for (int l = 0; l < 32; ++l) shape.layers.push_back(l);
+  shape.num_experts = 8;
+  shape.top_k = 2;
+  return shape;
+}
+
+std::string shipped_counts() {
+  return (moesim::testing::source_dir() / "traces/data/olmoe-mixtral-counts/mistral/expert_counts/wikipedia.json").string();
+}
+
+// The counts of one layer of the shipped file, as shares in expert order.
+std::vector<double> counted_shares(const std::string& layer) {
+  const auto doc = nlohmann::json::parse(moesim::testing::read_text(shipped_counts()));
+  std::vector<double> s(8);
+  double total = 0.0;
+  for (int e = 0; e < 8; ++e) total += s[static_cast<std::size_t>(e)] = doc.at(layer).at(std::to_string(e)).get<double>();
+  for (double& v : s) v /= total;
+  return s;
+}
+
+SyntheticParams mixtral_counts_params(std::uint64_t tokens, double affinity) {
+  SyntheticParams p;
+  p.shape = mixtral_shape();
+  p.tokens = tokens;
+  p.affinity = affinity;
+  p.layer_shares = load_expert_count_shares(shipped_counts(), p.shape);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("generate: the popularity ranking follows --popularity-seed; --seed only samples") {
+  SyntheticParams p = params(20000, 1);
+  const TraceStats one = stats_of(p);
+  const MemoryTrace one_tokens = generate(p);
+  p.seed = 2;
+  const TraceStats two = stats_of(p);
+  const MemoryTrace two_tokens = generate(p);
+  CHECK(one_tokens.tokens.experts != two_tokens.tokens.experts);
+  p.popularity_seed = 7;
+  const TraceStats other = stats_of(p);
+  int layers_differing = 0;
+  for (std::size_t l = 0; l < one.layers.size(); ++l) {
+    CAPTURE(l);
+    const auto a = top_experts(shares(one.layers[l]), 5);
+    CHECK(a == top_experts(shares(two.layers[l]), 5));
+    // The shares the generator predicts name the same hot experts.
+    p.popularity_seed = 0;
+    CHECK(a == top_experts(expert_shares(p, l), 5));
+    if (a != top_experts(shares(other.layers[l]), 5)) ++layers_differing;
+  }
+  CHECK(layers_differing > 20);
+}
+
+TEST_CASE("generate: expert counts set layers 0, 7 and 15; layers between are interpolated, later ones held") {
+  const SyntheticParams p = mixtral_counts_params(100000, 0.3);
+  REQUIRE(check_synthetic_params(p).empty());
+  const TraceStats s = stats_of(p);
+  REQUIRE(s.layers.size() == 32);
+  const auto l0 = counted_shares("layer0");
+  const auto l7 = counted_shares("layer7");
+  const auto l15 = counted_shares("layer15");
+  CHECK(tv(shares(s.layers[0]), l0) < 0.01);
+  CHECK(tv(shares(s.layers[7]), l7) < 0.01);
+  CHECK(tv(shares(s.layers[15]), l15) < 0.01);
+  // The counts' shares differ by more than the tolerance, so the checks above tell the layers apart.
+  CHECK(tv(l0, l15) > 0.03);
+  for (int l : {2, 4, 5}) {
+    CAPTURE(l);
+    const auto realised = shares(s.layers[static_cast<std::size_t>(l)]);
+    for (std::size_t e = 0; e < 8; ++e) {
+      CAPTURE(e);
+      CHECK(realised[e] >= std::min(l0[e], l7[e]) - 0.004);
+      CHECK(realised[e] <= std::max(l0[e], l7[e]) + 0.004);
+    }
+  }
+  for (int l : {10, 12}) {
+    const auto realised = shares(s.layers[static_cast<std::size_t>(l)]);
+    for (std::size_t e = 0; e < 8; ++e) {
+      CHECK(realised[e] >= std::min(l7[e], l15[e]) - 0.004);
+      CHECK(realised[e] <= std::max(l7[e], l15[e]) + 0.004);
+    }
+  }
+  for (int l : {16, 24, 31}) CHECK(tv(shares(s.layers[static_cast<std::size_t>(l)]), l15) < 0.01);
+  // Layer 3 lies 3/7 of the way from layer 0 to layer 7.
+  const auto target3 = expert_shares(p, 3);
+  for (std::size_t e = 0; e < 8; ++e) CHECK(target3[e] == doctest::Approx(l0[e] * 4.0 / 7.0 + l7[e] * 3.0 / 7.0));
+  CHECK(contains(synthetic_meta(p).source, "per-layer shares"));
+}
+
+TEST_CASE("generate: with counts and two hot experts, the top two take two thirds") {
+  SyntheticParams p = mixtral_counts_params(100000, 0.3);
+  p.hot_experts = 2;
+  p.hot_share = 0.667;
+  REQUIRE(check_synthetic_params(p).empty());
+  const TraceStats s = stats_of(p);
+  const auto l0 = counted_shares("layer0");
+  for (std::size_t l = 0; l < s.layers.size(); ++l) {
+    CAPTURE(l);
+    std::vector<double> realised = shares(s.layers[l]);
+    const auto hot = top_experts(realised, 2);
+    std::sort(realised.rbegin(), realised.rend());
+    CHECK(realised[0] + realised[1] == doctest::Approx(0.667).epsilon(0.015));
+    CHECK(realised[2] < 0.1);
+    // The hot pair is the layer's two most-counted experts.
+    CHECK(hot == top_experts(p.layer_shares[l], 2));
+  }
+  CHECK(top_experts(l0, 2) == std::set<int>{0, 5});
+}
+
+TEST_CASE("generate: a malformed expert-count file is an input error naming the file and the key") {
+  TempDir dir;
+  const TraceShape shape = mixtral_shape();
+  const std::string good = R"("0": 5, "1": 5, "2": 5, "3": 5, "4": 5, "5": 5, "6": 5, "7": 5)";
+  auto load = [&](const std::string& name, const std::string& text) {
+    const std::string path = (dir / name).string();
+    moesim::testing::write_text(dir / name, text);
+    return path;
+  };
+  struct Case {
+    const char* name;
+    std::string text;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases = {
+      {"no-layer0.json", "{\"layer7\": {" + good + "}}", {"\"layer0\"", "missing"}},
+      {"empty.json", "{}", {"\"layer0\"", "missing"}},
+      {"bad-id.json", "{\"layer0\": {" + good + ", \"8\": 3}}", {"\"layer0\"", "expert \"8\"", "0 .. 7"}},
+      {"word-id.json", "{\"layer0\": {" + good + ", \"x\": 3}}", {"\"layer0\"", "expert \"x\""}},
+      {"negative.json", R"({"layer0": {"0": 5, "1": -2, "2": 5, "3": 5, "4": 5, "5": 5, "6": 5, "7": 5}})",
+       {"expert \"1\"", "non-negative", "-2"}},
+      {"missing-expert.json", R"({"layer0": {"0": 5, "1": 5, "2": 5, "3": 5, "4": 5, "5": 5, "6": 5}})",
+       {"\"layer0\"", "expert 7"}},
+      {"not-json.json", "layer0: {0: 5}", {"not JSON"}},
+      {"array.json", "[1, 2]", {"expected an object"}},
+      {"bad-layer.json", "{\"layer0\": {" + good + "}, \"layer40\": {" + good + "}}", {"\"layer40\"", "not a MoE layer"}},
+      {"bad-key.json", "{\"layer0\": {" + good + "}, \"lay7\": {" + good + "}}", {"\"lay7\""}},
+      {"zero.json", R"({"layer0": {"0": 0, "1": 0, "2": 0, "3": 0, "4": 0, "5": 0, "6": 0, "7": 0}})", {"all zero"}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    const std::string path = load(c.name, c.text);
+    const std::string message = moesim::testing::error_of([&] { load_expert_count_shares(path, shape); });
+    CAPTURE(message);
+    CHECK_FALSE(message.empty());
+    CHECK(message.rfind("usage: ", 0) == std::string::npos);  // an InputError
+    CHECK(contains(message, path));
+    for (const auto& s : c.says) CHECK(contains(message, s));
+  }
+  const std::string missing = (dir / "absent.json").string();
+  CHECK_THROWS_AS(load_expert_count_shares(missing, shape), common::InputError);
+  // A single counted layer holds for all.
+  const auto held = load_expert_count_shares(load("one.json", "{\"layer0\": {" + good + "}}"), shape);
+  REQUIRE(held.size() == 32);
+  for (const auto& l : held) CHECK(l == std::vector<double>(8, 0.125));
+}

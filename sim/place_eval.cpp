@@ -289,15 +289,16 @@ std::string comparison_table(const std::vector<PlacementEvaluation>& all) {
   std::ostringstream out;
   const bool sim = std::any_of(all.begin(), all.end(), [](const PlacementEvaluation& e) { return e.simulated; });
   std::size_t w = 11;
-  for (const auto& e : all) w = std::max(w, e.label.size() + 2);
-  out << pad("placement", w) << pad("policy", 16) << pad("max/mean", 10) << pad("worst", 8) << pad("off GPU", 9)
+  std::size_t pw = 16;  // moetuner_replicated is 19 characters
+  for (const auto& e : all) w = std::max(w, e.label.size() + 2), pw = std::max(pw, e.policy.size() + 2);
+  out << pad("placement", w) << pad("policy", pw) << pad("max/mean", 10) << pad("worst", 8) << pad("off GPU", 9)
       << pad("off node", 10) << pad("traffic s", 11);
   if (sim) out << pad("tail us", 9) << pad("p50 ms", 9) << pad("p99 ms", 9) << pad("J/step", 8);
   out << "\n";
   for (const auto& e : all) {
     std::ostringstream obj;
     obj << std::setprecision(4) << e.traffic_objective;
-    out << pad(e.label, w) << pad(e.policy, 16) << pad(fixed(e.mean_max_over_mean, 3), 10)
+    out << pad(e.label, w) << pad(e.policy, pw) << pad(fixed(e.mean_max_over_mean, 3), 10)
         << pad(fixed(e.worst_max_over_mean, 3), 8) << pad(fixed(100 * e.share_off_gpu, 1) + "%", 9)
         << pad(fixed(100 * e.share_off_node, 1) + "%", 10) << pad(obj.str(), 11);
     if (e.simulated)

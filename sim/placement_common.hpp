@@ -13,7 +13,9 @@ namespace moesim::sim::detail {
 // architecture when `needs_routing`) and returns a placement with ranks sized [layer][expert].
 Placement placement_skeleton(const PlacementInput& input, const std::string& policy, bool needs_routing);
 
-// equal_sizes: every cluster holds floor or ceil of E / EP experts (moetuner_equal).
-std::unique_ptr<PlacementPolicy> make_moetuner_policy(bool equal_sizes);
+// plain: moetuner; equal_sizes: every cluster holds floor or ceil of E / EP experts (moetuner_equal);
+// replicated: --replicas redundant copies packed in stage 1 (moetuner_replicated).
+enum class MoetunerMode { plain, equal_sizes, replicated };
+std::unique_ptr<PlacementPolicy> make_moetuner_policy(MoetunerMode mode);
 
 }  // namespace moesim::sim::detail

@@ -461,11 +461,15 @@ void register_solver_placements(PlacementRegistry& registry) {
   registry.add("moetuner",
                "MoETuner's two-stage ILP on GLPK: per-layer token balance, then a topology-aware cluster-to-rank "
                "mapping that minimises cross-layer traffic time with experts per rank balanced",
-               [] { return detail::make_moetuner_policy(false); });
+               [] { return detail::make_moetuner_policy(detail::MoetunerMode::plain); });
   registry.add("moetuner_equal",
                "moetuner with every cluster holding floor or ceil of E/EP experts: in memory-bound decode a rank's "
                "expert time follows its expert count as much as its tokens",
-               [] { return detail::make_moetuner_policy(true); });
+               [] { return detail::make_moetuner_policy(detail::MoetunerMode::equal_sizes); });
+  registry.add("moetuner_replicated",
+               "moetuner with --replicas redundant copies: stage 1 splits a replicated expert's load over its "
+               "copies (one per rank) and packs them, slots per rank differing by at most one; stage 2 as moetuner",
+               [] { return detail::make_moetuner_policy(detail::MoetunerMode::replicated); });
 }
 
 }  // namespace moesim::sim

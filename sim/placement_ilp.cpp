@@ -1,8 +1,9 @@
 // MoETuner's two-stage placement on GLPK (the only file that includes glpk.h). The joint problem is
 // out of GLPK's reach beyond a few experts (docs/placement.md), so it is decomposed: stage 1 per
-// layer (greedy warm start, local search, then a symmetry-broken ILP where a gap remains), stage 2 as
-// assignment-sized ILPs per layer given its neighbours (block-coordinate descent from a chained
-// bottleneck-assignment start). Bounds are computed for the whole stage problem, not the parts.
+// layer (greedy warm start, local search, then a symmetry-broken ILP where a gap remains), stage 2 per
+// layer given its neighbours (block-coordinate descent from a chained bottleneck-assignment start;
+// exact threshold matchings and a local search up to 16 ranks, assignment-sized ILPs beyond, the
+// chain program up to 5 ranks). Bounds are computed for the whole stage problem, not the parts.
 #include <glpk.h>
 
 #include <algorithm>
@@ -773,62 +774,102 @@ void exhaustive_layer_pairs(const Stage2Problem& p, std::vector<std::vector<int>
 
 class MoetunerPolicy final : public PlacementPolicy {
  public:
-  explicit MoetunerPolicy(bool equal_sizes) : equal_sizes_(equal_sizes) {}
-  std::string name() const override { return equal_sizes_ ? "moetuner_equal" : "moetuner"; }
+  explicit MoetunerPolicy(detail::MoetunerMode mode) : mode_(mode) {}
+  std::string name() const override {
+    switch (mode_) {
+      case detail::MoetunerMode::equal_sizes:
+        return "moetuner_equal";
+      case detail::MoetunerMode::replicated:
+        return "moetuner_replicated";
+      case detail::MoetunerMode::plain:
+        break;
+    }
+    return "moetuner";
+  }
   bool needs_routing() const override { return true; }
   Placement place(const PlacementInput& input) const override;
 
  private:
-  bool equal_sizes_;
+  detail::MoetunerMode mode_;
 };
 
 Placement MoetunerPolicy::place(const PlacementInput& input) const {
   Placement p = detail::placement_skeleton(input, name(), true);
   const auto& arch = input.arch;
-  if (arch.num_experts < input.ep)
-    throw common::InputError("placement policy moetuner: " + std::to_string(arch.num_experts) +
+  const bool replicated = mode_ == detail::MoetunerMode::replicated;
+  const int replicas = replicated ? input.options.replicas : 0;
+  if (arch.num_experts + replicas < input.ep)
+    throw common::InputError("placement policy " + name() + ": " + std::to_string(arch.num_experts) +
                              " experts cannot fill " + std::to_string(input.ep) +
-                             " EP ranks (every cluster needs an expert); use eplb with --replicas " +
+                             " EP ranks (every cluster needs an expert); use moetuner_replicated or eplb with "
+                             "--replicas " +
                              std::to_string(input.ep - arch.num_experts) + " or fewer ranks");
   SolverLimits limits;
   limits.time_limit = input.options.time_limit;
   SolverLimits limits1 = limits;
   if (limits.time_limit > 0) limits1.time_limit = 0.3 * limits.time_limit;
-  const Stage1Result s1 = moetuner_stage1(input.routing->load, input.ep, limits1, equal_sizes_);
+  // copies[l][e]: the stage-1 clusters holding expert e (one each without replication).
+  std::vector<std::vector<std::vector<int>>> copies;
+  StageReport r1;
+  std::vector<bool> layer_optimal;
+  if (replicated) {
+    ReplicatedStage1Result s1 = moetuner_stage1_replicated(input.routing->load, input.ep, replicas);
+    for (std::size_t l = 0; l < s1.layer_objective.size(); ++l)
+      layer_optimal.push_back(close_to(s1.layer_objective[l], s1.layer_bound[l]));
+    r1 = s1.report;
+    copies = std::move(s1.clusters);
+  } else {
+    const Stage1Result s1 =
+        moetuner_stage1(input.routing->load, input.ep, limits1, mode_ == detail::MoetunerMode::equal_sizes);
+    r1 = s1.report;
+    layer_optimal = s1.layer_optimal;
+    for (const auto& layer : s1.clusters) {
+      std::vector<std::vector<int>> one;
+      for (int c : layer) one.push_back({c});
+      copies.push_back(std::move(one));
+    }
+  }
   SolverLimits limits2 = limits;
-  if (limits.time_limit > 0) limits2.time_limit = std::max(0.01, limits.time_limit - s1.report.seconds);
-  const Stage2Problem prob = stage2_problem(*input.routing, s1.clusters, arch, input.cluster, input.ep, input.tp);
+  if (limits.time_limit > 0) limits2.time_limit = std::max(0.01, limits.time_limit - r1.seconds);
+  const Stage2Problem prob = stage2_problem_replicated(*input.routing, copies, arch, input.cluster, input.ep, input.tp);
   const Stage2Result s2 = moetuner_stage2(prob, limits2);
   for (std::size_t l = 0; l < p.ranks.size(); ++l) {
     std::vector<int> rank_of_cluster(static_cast<std::size_t>(input.ep), -1);
     for (std::size_t g = 0; g < rank_of_cluster.size(); ++g)
       rank_of_cluster[static_cast<std::size_t>(s2.cluster_on[l][g])] = static_cast<int>(g);
-    for (std::size_t e = 0; e < p.ranks[l].size(); ++e)
-      p.ranks[l][e] = {rank_of_cluster[static_cast<std::size_t>(s1.clusters[l][e])]};
+    for (std::size_t e = 0; e < p.ranks[l].size(); ++e) {
+      std::vector<int> ranks;
+      for (int c : copies[l][e]) ranks.push_back(rank_of_cluster[static_cast<std::size_t>(c)]);
+      std::sort(ranks.begin(), ranks.end());
+      p.ranks[l][e] = std::move(ranks);
+    }
   }
   const double recomputed = placement_traffic_objective(p, *input.routing, arch, input.cluster);
   if (std::fabs(recomputed - s2.report.objective) > 1e-9 * std::max(1e-12, s2.report.objective))
     throw common::RunError("moetuner: internal check failed: the stage-2 objective recomputed from the placement (" +
                            std::to_string(recomputed) + ") differs from the solver's (" +
                            std::to_string(s2.report.objective) + ")");
-  nlohmann::json st1 = s1.report.to_json();
+  nlohmann::json st1 = r1.to_json();
   st1["objective_units"] = "token assignments: sum over layers and ranks of |rank load - mean load|";
   nlohmann::json open_layers = nlohmann::json::array();
-  for (std::size_t l = 0; l < s1.layer_optimal.size(); ++l)
-    if (!s1.layer_optimal[l]) open_layers.push_back(p.layers[l]);
+  for (std::size_t l = 0; l < layer_optimal.size(); ++l)
+    if (!layer_optimal[l]) open_layers.push_back(p.layers[l]);
   st1["layers_not_proven"] = open_layers;
   nlohmann::json st2 = s2.report.to_json();
   nlohmann::json open_pairs = nlohmann::json::array();
-  for (std::size_t l = 0; l < s2.pair_objective.size(); ++l)
+  for (std::size_t l = 0; l < s2.pair_objective.size() && !s2.chain_proven; ++l)
     if (!close_to(s2.pair_objective[l], s2.pair_bound[l])) open_pairs.push_back(p.layers[l]);
   st2["pairs_not_proven"] = open_pairs;  // by the first layer of the pair
   st2["objective_units"] =
       "s: sum over layer pairs of the slowest rank pair's cross-layer transfer time, profiled tokens";
+  st2["proof"] = s2.chain_proven ? "chain program over all layers, memory balance included" : "per-pair bounds";
+  st2["chain_program_entries"] = s2.chain_entries;
   st2["experts_per_rank_min"] = s2.memory_min;
   st2["experts_per_rank_max"] = s2.memory_max;
   st2["experts_per_rank_target"] = nlohmann::json::array({s2.memory_target_lo, s2.memory_target_hi});
   p.report = {{"stage1", st1},
-              {"equal_cluster_sizes", equal_sizes_},
+              {"equal_cluster_sizes", mode_ != detail::MoetunerMode::plain},
+              {"replicas", replicas},
               {"stage2", st2},
               {"work_limit", {{"nodes_per_subproblem", limits.node_limit}, {"sweeps", limits.sweeps}}},
               {"time_limit_s", limits.time_limit},
@@ -985,7 +1026,7 @@ double stage2_pair_bound(const Stage2Problem& p, std::size_t l) {
       cols[a] += cols[b];
     }
   }
-  return bound;
+  return std::max(bound, stage2_pair_threshold_bound(p, l));
 }
 
 Stage2Result moetuner_stage2(const Stage2Problem& p, const SolverLimits& limits) {
@@ -1002,9 +1043,16 @@ Stage2Result moetuner_stage2(const Stage2Problem& p, const SolverLimits& limits)
   std::vector<int> identity(G);
   std::iota(identity.begin(), identity.end(), 0);
   if (L > 0) on[0] = identity;
+  // Up to 16 ranks the layer sub-problems are solved exactly by threshold matchings (fast, no work
+  // limit); beyond, by GLPK under the node limit.
+  const bool combinatorial = G <= 16;
   // Chained start: each layer's bottleneck assignment given the previous one.
   for (std::size_t l = 1; l < L; ++l) {
     const std::vector<double> w = left_weights(p, l, on[l - 1]);
+    if (combinatorial) {
+      on[l] = stage2_layer_exact(G, &w, nullptr, std::vector<char>(G * G, 1));
+      continue;
+    }
     SolverLimits part = limits;
     const AssignOutcome a = solve_layer_assignment(p, l, &w, nullptr, identity, nullptr, nullptr, part,
                                                    part_time(limits, deadline, static_cast<int>(2 * L)));
@@ -1019,47 +1067,110 @@ Stage2Result moetuner_stage2(const Stage2Problem& p, const SolverLimits& limits)
   balance_memory(p, on, out.memory_target_lo, out.memory_target_hi);
 
   // Block-coordinate descent: each layer re-solved exactly (up to the work limit) given both neighbours.
-  double current = stage2_objective(p, on);
-  for (int sweep = 0; sweep < limits.sweeps && L > 1; ++sweep) {
-    bool any = false;
-    for (std::size_t k = 0; k < L; ++k) {
-      if (out_of_time(limits, deadline)) {
-        limit_hit = true;
-        break;
+  auto descend = [&](std::vector<std::vector<int>>& layout) {
+    double current = stage2_objective(p, layout);
+    for (int sweep = 0; sweep < limits.sweeps && L > 1; ++sweep) {
+      bool any = false;
+      for (std::size_t k = 0; k < L; ++k) {
+        if (out_of_time(limits, deadline)) {
+          limit_hit = true;
+          break;
+        }
+        const std::size_t l = sweep % 2 == 0 ? k : L - 1 - k;
+        std::vector<int> total = memory_totals(p, layout);
+        const int tmin = *std::min_element(total.begin(), total.end());
+        const int tmax = *std::max_element(total.begin(), total.end());
+        std::vector<int> lo(G), hi(G);
+        for (std::size_t g = 0; g < G; ++g) {
+          const int other = total[g] - p.sizes[l][static_cast<std::size_t>(layout[l][g])];
+          lo[g] = std::min(out.memory_target_lo, tmin) - other;
+          hi[g] = std::max(out.memory_target_hi, tmax) - other;
+        }
+        std::vector<double> wl, wr;
+        if (l > 0) wl = left_weights(p, l, layout[l - 1]);
+        if (l + 1 < L) wr = right_weights(p, l, layout[l + 1]);
+        const int parts_left = static_cast<int>((limits.sweeps - sweep) * static_cast<int>(L) - static_cast<int>(k));
+        std::vector<int> next_layout;
+        if (combinatorial) {
+          std::vector<char> allowed(G * G, 0);
+          for (std::size_t c = 0; c < G; ++c)
+            for (std::size_t g = 0; g < G; ++g)
+              allowed[c * G + g] = p.sizes[l][c] >= lo[g] && p.sizes[l][c] <= hi[g] ? 1 : 0;
+          next_layout = stage2_layer_exact(G, l > 0 ? &wl : nullptr, l + 1 < L ? &wr : nullptr, allowed);
+          if (next_layout.empty() || next_layout == layout[l]) continue;
+        } else {
+          const AssignOutcome a =
+              solve_layer_assignment(p, l, l > 0 ? &wl : nullptr, l + 1 < L ? &wr : nullptr, layout[l], &lo, &hi,
+                                     limits, part_time(limits, deadline, parts_left));
+          ++out.report.glpk_solves;
+          limit_hit = limit_hit || a.limit_hit;
+          if (!a.improved) continue;
+          next_layout = a.cluster_on;
+        }
+        std::vector<int> saved = layout[l];
+        layout[l] = next_layout;
+        const double next = stage2_objective(p, layout);
+        if (next < current - 1e-12 * std::max(1e-30, current)) {
+          current = next;
+          any = true;
+        } else {
+          layout[l] = saved;
+        }
       }
-      const std::size_t l = sweep % 2 == 0 ? k : L - 1 - k;
-      std::vector<int> total = memory_totals(p, on);
-      const int tmin = *std::min_element(total.begin(), total.end());
-      const int tmax = *std::max_element(total.begin(), total.end());
-      std::vector<int> lo(G), hi(G);
-      for (std::size_t g = 0; g < G; ++g) {
-        const int other = total[g] - p.sizes[l][static_cast<std::size_t>(on[l][g])];
-        lo[g] = std::min(out.memory_target_lo, tmin) - other;
-        hi[g] = std::max(out.memory_target_hi, tmax) - other;
+      if (!any) break;
+    }
+    return current;
+  };
+  double current = descend(on);
+
+  // Iterated local search (exact layer solves only): swap the clusters of two ranks holding equally
+  // many experts in one layer (the balance is kept), descend again, keep the result when it is
+  // better. A fixed number of rounds from a fixed seed: the same result on every machine.
+  if (combinatorial && L > 1 && G > 1) {
+    std::uint64_t state = 0x243f6a8885a308d3ULL;
+    auto rnd = [&state](std::size_t n) {
+      std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      return static_cast<std::size_t>((z ^ (z >> 31)) % n);
+    };
+    for (int round = 0; round < limits.perturbations && !out_of_time(limits, deadline); ++round) {
+      std::vector<std::vector<int>> trial = on;
+      const std::size_t kicks = 1 + rnd(3);
+      for (std::size_t k = 0; k < kicks; ++k) {
+        const std::size_t l = rnd(L), g = rnd(G);
+        std::size_t h = rnd(G - 1);
+        if (h >= g) ++h;
+        auto& layer = trial[l];
+        if (p.sizes[l][static_cast<std::size_t>(layer[g])] == p.sizes[l][static_cast<std::size_t>(layer[h])])
+          std::swap(layer[g], layer[h]);
       }
-      std::vector<double> wl, wr;
-      if (l > 0) wl = left_weights(p, l, on[l - 1]);
-      if (l + 1 < L) wr = right_weights(p, l, on[l + 1]);
-      const int parts_left = static_cast<int>((limits.sweeps - sweep) * static_cast<int>(L) - static_cast<int>(k));
-      const AssignOutcome a = solve_layer_assignment(p, l, l > 0 ? &wl : nullptr, l + 1 < L ? &wr : nullptr, on[l], &lo,
-                                                     &hi, limits, part_time(limits, deadline, parts_left));
-      ++out.report.glpk_solves;
-      limit_hit = limit_hit || a.limit_hit;
-      if (!a.improved) continue;
-      std::vector<int> saved = on[l];
-      on[l] = a.cluster_on;
-      const double next = stage2_objective(p, on);
-      if (next < current - 1e-12 * std::max(1e-30, current)) {
-        current = next;
-        any = true;
-      } else {
-        on[l] = saved;
+      if (trial == on) continue;
+      const double value = descend(trial);
+      if (value < current - 1e-12 * std::max(1e-30, current)) {
+        on = std::move(trial);
+        current = value;
       }
     }
-    if (!any) break;
   }
 
   if (G <= 5 && L > 1) exhaustive_layer_pairs(p, on, out.memory_target_lo, out.memory_target_hi, limits, deadline);
+
+  // Few ranks: the chain program settles the whole stage, memory rows included.
+  bool chain_proven = false;
+  if (G <= 5 && L > 0 && !out_of_time(limits, deadline)) {
+    const bool was_balanced = violation(memory_totals(p, on), out.memory_target_lo, out.memory_target_hi) == 0;
+    const double incumbent = was_balanced ? stage2_objective(p, on) : std::numeric_limits<double>::infinity();
+    const ChainDpResult dp =
+        stage2_chain_dp(p, out.memory_target_lo, out.memory_target_hi, incumbent, limits.chain_entries);
+    out.chain_entries = dp.entries;
+    limit_hit = limit_hit || !dp.completed;
+    if (dp.completed) {
+      if (dp.feasible && (!was_balanced || stage2_objective(p, dp.cluster_on) < incumbent)) on = dp.cluster_on;
+      // Completed and balanced (found, or nothing below a balanced incumbent): the optimum.
+      chain_proven = dp.feasible || was_balanced;
+    }
+  }
 
   const std::vector<int> total = memory_totals(p, on);
   out.memory_min = total.empty() ? 0 : *std::min_element(total.begin(), total.end());
@@ -1074,6 +1185,15 @@ Stage2Result moetuner_stage2(const Stage2Problem& p, const SolverLimits& limits)
     out.report.parts_optimal += close_to(obj, bound) ? 1 : 0;
   }
   out.report.parts = static_cast<int>(L > 0 ? L - 1 : 0);
+  // The windows see the coupling through shared layers that the per-pair bounds miss.
+  if (G > 1 && L > 2)
+    out.report.bound = std::min(out.report.objective, std::max(out.report.bound, stage2_chain_window_bound(p)));
+  if (chain_proven) {
+    // The whole chain is optimal: its objective is the stage's bound, and every pair is part of it.
+    out.report.bound = out.report.objective;
+    out.report.parts_optimal = out.report.parts;
+  }
+  out.chain_proven = chain_proven;
   out.report.gap = relative_gap(out.report.objective, out.report.bound);
   const bool balanced = out.memory_min >= out.memory_target_lo && out.memory_max <= out.memory_target_hi;
   out.report.status = balanced && close_to(out.report.objective, out.report.bound) ? "optimal"
@@ -1085,8 +1205,8 @@ Stage2Result moetuner_stage2(const Stage2Problem& p, const SolverLimits& limits)
 }
 
 namespace detail {
-std::unique_ptr<PlacementPolicy> make_moetuner_policy(bool equal_sizes) {
-  return std::make_unique<MoetunerPolicy>(equal_sizes);
+std::unique_ptr<PlacementPolicy> make_moetuner_policy(MoetunerMode mode) {
+  return std::make_unique<MoetunerPolicy>(mode);
 }
 }  // namespace detail
 

@@ -1,0 +1,492 @@
+// MoETuner stage 2 without GLPK (docs/placement.md): the threshold bounds for node-structured
+// fabrics (which cluster pairs may share a rank or a node, for one layer pair and for windows of
+// three layers), the exact layer solve given both neighbours (threshold matchings), and the exact
+// chain dynamic program over layers with the memory balance for up to 5 ranks.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "sim/placement_solvers.hpp"
+
+namespace moesim::sim {
+
+namespace {
+
+struct Fabric {
+  double fast = std::numeric_limits<double>::infinity();  // cheapest seconds per token inside a node
+  double slow = std::numeric_limits<double>::infinity();  // cheapest between nodes
+  std::vector<int> node_size;                             // ranks per node, nodes renumbered densely
+  std::vector<int> dense_node;                            // [g]
+};
+
+Fabric fabric_of(const Stage2Problem& p) {
+  const auto G = static_cast<std::size_t>(p.ranks);
+  Fabric f;
+  std::vector<int> seen;
+  f.dense_node.resize(G);
+  for (std::size_t g = 0; g < G; ++g) {
+    const auto it = std::find(seen.begin(), seen.end(), p.node[g]);
+    if (it == seen.end()) {
+      seen.push_back(p.node[g]);
+      f.node_size.push_back(0);
+    }
+    const auto n = static_cast<std::size_t>(std::find(seen.begin(), seen.end(), p.node[g]) - seen.begin());
+    f.dense_node[g] = static_cast<int>(n);
+    ++f.node_size[n];
+  }
+  for (std::size_t a = 0; a < G; ++a)
+    for (std::size_t b = 0; b < G; ++b) {
+      if (a == b) continue;
+      double& slot = p.node[a] == p.node[b] ? f.fast : f.slow;
+      slot = std::min(slot, p.cost[a * G + b]);
+    }
+  return f;
+}
+
+// Can every cluster pair of layer pair `l` be placed so that no pair costs more than `limit`, with
+// every intra-node link at the fastest intra-node cost and every inter-node one at the fastest
+// inter-node cost (a relaxation; exact for a uniform two-level fabric with at most two nodes)?
+bool pair_threshold_feasible(const std::vector<double>& t, std::size_t G, const Fabric& f, double limit) {
+  const double same_rank = std::min(f.fast, f.slow);
+  std::vector<int> row(G, -1), col(G, -1);
+  for (std::size_t i = 0; i < G * G; ++i) {
+    if (!(t[i] * same_rank > limit)) continue;
+    const auto a = i / G, b = i % G;
+    // A cluster shares its rank with one cluster of the other layer only.
+    if ((row[a] >= 0 && row[a] != static_cast<int>(b)) || (col[b] >= 0 && col[b] != static_cast<int>(a))) return false;
+    row[a] = static_cast<int>(b);
+    col[b] = static_cast<int>(a);
+  }
+  if (f.node_size.size() < 2) return true;
+  // Pairs too heavy to cross nodes tie their clusters to one node: components of that graph must
+  // fill the nodes exactly (node n holds node_size[n] clusters of each layer).
+  std::vector<std::size_t> parent(2 * G);
+  std::iota(parent.begin(), parent.end(), 0);
+  auto find = [&](std::size_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  for (std::size_t i = 0; i < G * G; ++i)
+    if (t[i] * f.slow > limit) {
+      const std::size_t a = find(i / G), b = find(G + i % G);
+      if (a != b) parent[b] = a;
+    }
+  std::vector<int> left(2 * G, 0), right(2 * G, 0);
+  for (std::size_t v = 0; v < 2 * G; ++v) (v < G ? left : right)[find(v)] += 1;
+  const int biggest = *std::max_element(f.node_size.begin(), f.node_size.end());
+  std::vector<std::pair<int, int>> parts;
+  for (std::size_t v = 0; v < 2 * G; ++v) {
+    if (find(v) != v) continue;
+    if (left[v] > biggest || right[v] > biggest) return false;
+    parts.emplace_back(left[v], right[v]);
+  }
+  if (f.node_size.size() > 2) return true;  // more nodes: the necessary condition above only
+  // Two nodes: some set of components fills node 0 exactly (the rest then fills node 1).
+  const int cap = f.node_size[0];
+  const auto W = static_cast<std::size_t>(cap + 1);
+  std::vector<char> reach(W * W, 0);
+  reach[0] = 1;
+  for (const auto& [a, b] : parts)
+    for (int x = cap; x >= a; --x)
+      for (int y = cap; y >= b; --y)
+        if (reach[static_cast<std::size_t>(x - a) * W + static_cast<std::size_t>(y - b)])
+          reach[static_cast<std::size_t>(x) * W + static_cast<std::size_t>(y)] = 1;
+  return reach[static_cast<std::size_t>(cap) * W + static_cast<std::size_t>(cap)] != 0;
+}
+
+// The same test for layers l, l+1, l+2 at once: pair l within a, pair l+1 within b.
+bool window_threshold_feasible(const std::vector<double>& t1, const std::vector<double>& t2, std::size_t G,
+                               const Fabric& f, double a, double b) {
+  for (const auto& [t, limit] : {std::pair{&t1, a}, std::pair{&t2, b}}) {
+    const double same_rank = std::min(f.fast, f.slow);
+    std::vector<int> row(G, -1), col(G, -1);
+    for (std::size_t i = 0; i < G * G; ++i) {
+      if (!((*t)[i] * same_rank > limit)) continue;
+      const auto x = i / G, y = i % G;
+      if ((row[x] >= 0 && row[x] != static_cast<int>(y)) || (col[y] >= 0 && col[y] != static_cast<int>(x)))
+        return false;
+      row[x] = static_cast<int>(y);
+      col[y] = static_cast<int>(x);
+    }
+  }
+  if (f.node_size.size() < 2) return true;
+  std::vector<std::size_t> parent(3 * G);
+  std::iota(parent.begin(), parent.end(), 0);
+  auto find = [&](std::size_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  for (std::size_t i = 0; i < G * G; ++i) {
+    if (t1[i] * f.slow > a) {
+      const std::size_t x = find(i / G), y = find(G + i % G);
+      if (x != y) parent[y] = x;
+    }
+    if (t2[i] * f.slow > b) {
+      const std::size_t x = find(G + i / G), y = find(2 * G + i % G);
+      if (x != y) parent[y] = x;
+    }
+  }
+  std::vector<std::array<int, 3>> count(3 * G, {0, 0, 0});
+  for (std::size_t v = 0; v < 3 * G; ++v) ++count[find(v)][v / G];
+  const int biggest = *std::max_element(f.node_size.begin(), f.node_size.end());
+  std::vector<std::array<int, 3>> parts;
+  for (std::size_t v = 0; v < 3 * G; ++v) {
+    if (find(v) != v) continue;
+    for (int k : count[v])
+      if (k > biggest) return false;
+    parts.push_back(count[v]);
+  }
+  if (f.node_size.size() > 2) return true;
+  const int cap = f.node_size[0];
+  const auto W = static_cast<std::size_t>(cap + 1);
+  std::vector<char> reach(W * W * W, 0);
+  reach[0] = 1;
+  for (const auto& c : parts)
+    for (int x = cap; x >= c[0]; --x)
+      for (int y = cap; y >= c[1]; --y)
+        for (int z = cap; z >= c[2]; --z)
+          if (reach[(static_cast<std::size_t>(x - c[0]) * W + static_cast<std::size_t>(y - c[1])) * W +
+                    static_cast<std::size_t>(z - c[2])])
+            reach[(static_cast<std::size_t>(x) * W + static_cast<std::size_t>(y)) * W + static_cast<std::size_t>(z)] =
+                1;
+  return reach[(static_cast<std::size_t>(cap) * W + static_cast<std::size_t>(cap)) * W +
+               static_cast<std::size_t>(cap)] != 0;
+}
+
+std::vector<double> threshold_candidates(const std::vector<double>& t, const Fabric& f) {
+  std::vector<double> c{0.0};
+  for (double v : t) {
+    if (!(v > 0)) continue;
+    for (double k : {f.fast, f.slow})
+      if (std::isfinite(k)) c.push_back(v * k);
+  }
+  std::sort(c.begin(), c.end());
+  c.erase(std::unique(c.begin(), c.end()), c.end());
+  return c;
+}
+
+}  // namespace
+
+double stage2_window_bound(const Stage2Problem& p, std::size_t l, double alpha, double beta) {
+  const auto G = static_cast<std::size_t>(p.ranks);
+  if (G < 2) return 0.0;
+  const auto& t1 = p.traffic.at(l);
+  const auto& t2 = p.traffic.at(l + 1);
+  const Fabric f = fabric_of(p);
+  const std::vector<double> as = threshold_candidates(t1, f), bs = threshold_candidates(t2, f);
+  double best = std::numeric_limits<double>::infinity();
+  // For each limit a of pair l, the least feasible limit b of pair l + 1 (non-increasing in a).
+  std::size_t hi = bs.size() - 1;
+  for (double a : as) {
+    if (alpha * a >= best) break;
+    if (!window_threshold_feasible(t1, t2, G, f, a, bs[hi])) continue;
+    std::size_t lo = 0;
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (window_threshold_feasible(t1, t2, G, f, a, bs[mid]))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    best = std::min(best, alpha * a + beta * bs[hi]);
+  }
+  return best;
+}
+
+double stage2_chain_window_bound(const Stage2Problem& p) {
+  const std::size_t pairs = p.traffic.size();
+  if (pairs < 2) return 0.0;
+  // Overlapping windows (pairs w, w + 1), each pair's weight split over the windows holding it.
+  auto windows = [&](std::size_t w) { return (w == 0 || w + 1 == pairs) ? 1.0 : 2.0; };
+  double overlapping = 0.0;
+  for (std::size_t w = 0; w + 1 < pairs; ++w)
+    overlapping += stage2_window_bound(p, w, 1.0 / windows(w), 1.0 / windows(w + 1));
+  // Disjoint windows (0, 1), (2, 3), ... and the last pair alone when the count is odd.
+  double disjoint = 0.0;
+  for (std::size_t w = 0; w + 1 < pairs; w += 2) disjoint += stage2_window_bound(p, w, 1.0, 1.0);
+  if (pairs % 2 == 1) disjoint += stage2_pair_threshold_bound(p, pairs - 1);
+  return std::max(overlapping, disjoint);
+}
+
+double stage2_pair_threshold_bound(const Stage2Problem& p, std::size_t l) {
+  const auto G = static_cast<std::size_t>(p.ranks);
+  if (G < 2) return 0.0;
+  const auto& t = p.traffic.at(l);
+  const Fabric f = fabric_of(p);
+  std::vector<double> candidates{0.0};
+  for (double v : t) {
+    if (!(v > 0)) continue;
+    for (double c : {f.fast, f.slow})
+      if (std::isfinite(c)) candidates.push_back(v * c);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  // Feasibility grows with the limit and the largest candidate is always feasible.
+  std::size_t lo = 0, hi = candidates.size() - 1;
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (pair_threshold_feasible(t, G, f, candidates[mid]))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return candidates[lo];
+}
+
+namespace {
+
+// Perfect matchings of clusters to ranks over the entries with allowed, left <= a and right <= b,
+// kept up to date as a grows and b shrinks (Kuhn's augmenting paths).
+class ThresholdMatching {
+ public:
+  ThresholdMatching(std::size_t G, const std::vector<double>& left, const std::vector<double>& right,
+                    const std::vector<char>& allowed)
+      : G_(G), left_(left), right_(right), allowed_(allowed), rank_of_(G, -1), cluster_on_(G, -1), seen_(G, 0) {}
+  void set(double a, double b) {
+    a_ = a;
+    b_ = b;
+    for (std::size_t c = 0; c < G_; ++c) {
+      const int g = rank_of_[c];
+      if (g >= 0 && !usable(c, static_cast<std::size_t>(g))) {
+        cluster_on_[static_cast<std::size_t>(g)] = -1;
+        rank_of_[c] = -1;
+      }
+    }
+  }
+  bool complete() {
+    for (std::size_t c = 0; c < G_; ++c) {
+      if (rank_of_[c] >= 0) continue;
+      std::fill(seen_.begin(), seen_.end(), 0);
+      if (!augment(c)) return false;
+    }
+    return true;
+  }
+  const std::vector<int>& cluster_on() const { return cluster_on_; }
+
+ private:
+  bool usable(std::size_t c, std::size_t g) const {
+    const std::size_t i = c * G_ + g;
+    return allowed_[i] && left_[i] <= a_ && right_[i] <= b_;
+  }
+  bool augment(std::size_t c) {
+    for (std::size_t g = 0; g < G_; ++g) {
+      if (seen_[g] || !usable(c, g)) continue;
+      seen_[g] = 1;
+      const int holder = cluster_on_[g];
+      if (holder < 0 || augment(static_cast<std::size_t>(holder))) {
+        cluster_on_[g] = static_cast<int>(c);
+        rank_of_[c] = static_cast<int>(g);
+        return true;
+      }
+    }
+    return false;
+  }
+  std::size_t G_;
+  const std::vector<double>& left_;
+  const std::vector<double>& right_;
+  const std::vector<char>& allowed_;
+  std::vector<int> rank_of_, cluster_on_;
+  std::vector<char> seen_;
+  double a_ = 0.0, b_ = 0.0;
+};
+
+std::vector<double> distinct_values(const std::vector<double>& w, const std::vector<char>& allowed) {
+  std::vector<double> v;
+  for (std::size_t i = 0; i < w.size(); ++i)
+    if (allowed[i]) v.push_back(w[i]);
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+}  // namespace
+
+std::vector<int> stage2_layer_exact(std::size_t G, const std::vector<double>* left, const std::vector<double>* right,
+                                    const std::vector<char>& allowed) {
+  const std::vector<double> zero(G * G, 0.0);
+  const std::vector<double>& wl = left ? *left : zero;
+  const std::vector<double>& wr = right ? *right : zero;
+  if (wl.size() != G * G || wr.size() != G * G || allowed.size() != G * G)
+    throw std::logic_error("stage2_layer_exact: sizes");
+  const std::vector<double> as = distinct_values(wl, allowed);
+  const std::vector<double> bs = distinct_values(wr, allowed);  // ascending; b walks down from the top
+  if (as.empty() || bs.empty()) return {};
+  ThresholdMatching m(G, wl, wr, allowed);
+  std::size_t j = bs.size() - 1;
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> best_on;
+  for (double a : as) {
+    if (a >= best) break;
+    m.set(a, bs[j]);
+    if (!m.complete()) continue;
+    // Lower b while a perfect matching survives; b only ever goes down as a goes up.
+    while (j > 0) {
+      m.set(a, bs[j - 1]);
+      if (m.complete()) {
+        --j;
+        continue;
+      }
+      m.set(a, bs[j]);
+      m.complete();  // feasible at the previous b: restores a perfect matching
+      break;
+    }
+    if (a + bs[j] < best) {
+      best = a + bs[j];
+      best_on = m.cluster_on();
+    }
+  }
+  return best_on;
+}
+
+ChainDpResult stage2_chain_dp(const Stage2Problem& p, int lo, int hi, double incumbent, long entry_limit) {
+  ChainDpResult out;
+  const auto G = static_cast<std::size_t>(p.ranks);
+  const std::size_t L = p.sizes.size();
+  if (G < 1 || G > 5 || L == 0) return out;
+  std::vector<std::vector<int>> perms;
+  {
+    std::vector<int> perm(G);
+    std::iota(perm.begin(), perm.end(), 0);
+    do perms.push_back(perm);
+    while (std::next_permutation(perm.begin(), perm.end()));
+  }
+  const std::size_t P = perms.size();
+  long max_total = 0;
+  for (const auto& s : p.sizes) max_total += *std::max_element(s.begin(), s.end());
+  if (max_total > 65535) return out;  // counts are packed in 16 bits
+
+  // pair[l][i * P + j]: the pair objective with layouts i and j; togo[l][i]: the cheapest rest of the
+  // chain from layout i of layer l without the memory rows (prunes, exactly, against the incumbent).
+  std::vector<std::vector<double>> pair(L > 0 ? L - 1 : 0, std::vector<double>(P * P));
+  for (std::size_t l = 0; l + 1 < L; ++l)
+    for (std::size_t i = 0; i < P; ++i)
+      for (std::size_t j = 0; j < P; ++j) pair[l][i * P + j] = stage2_pair_objective(p, l, perms[i], perms[j]);
+  std::vector<std::vector<double>> togo(L, std::vector<double>(P, 0.0));
+  for (std::size_t l = L - 1; l-- > 0;)
+    for (std::size_t i = 0; i < P; ++i) {
+      double best = std::numeric_limits<double>::infinity();
+      for (std::size_t j = 0; j < P; ++j) best = std::min(best, pair[l][i * P + j] + togo[l + 1][j]);
+      togo[l][i] = best;
+    }
+  // Experts each rank may still receive after layer l.
+  std::vector<int> rest_min(L, 0), rest_max(L, 0);
+  for (std::size_t l = L - 1; l-- > 0;) {
+    rest_min[l] = rest_min[l + 1] + *std::min_element(p.sizes[l + 1].begin(), p.sizes[l + 1].end());
+    rest_max[l] = rest_max[l + 1] + *std::max_element(p.sizes[l + 1].begin(), p.sizes[l + 1].end());
+  }
+  const bool prune = std::isfinite(incumbent);
+  const double cutoff = incumbent + 1e-9 * std::max(1e-300, std::fabs(incumbent));
+
+  using Counts = std::array<int, 5>;
+  auto key_of = [&](const Counts& c) {
+    std::uint64_t k = 0;
+    for (std::size_t g = 0; g + 1 < G; ++g) k = (k << 16) | static_cast<std::uint64_t>(c[g]);
+    return k;
+  };
+  auto admissible = [&](const Counts& c, std::size_t l) {
+    for (std::size_t g = 0; g < G; ++g)
+      if (c[g] + rest_min[l] > hi || c[g] + rest_max[l] < lo) return false;
+    return true;
+  };
+  struct Layer {
+    std::vector<Counts> counts;
+    std::vector<double> cost;        // [state * P + layout]
+    std::vector<std::int32_t> from;  // previous layer's state * P + layout, -1 at layer 0
+  };
+  std::vector<Layer> layers(L);
+  long entries = 0;
+  auto add_state = [&](Layer& layer, std::unordered_map<std::uint64_t, std::size_t>& index, const Counts& c) {
+    const auto [it, inserted] = index.try_emplace(key_of(c), layer.counts.size());
+    if (inserted) {
+      layer.counts.push_back(c);
+      layer.cost.resize(layer.cost.size() + P, std::numeric_limits<double>::infinity());
+      layer.from.resize(layer.from.size() + P, -1);
+      entries += static_cast<long>(P);
+    }
+    return it->second;
+  };
+
+  // Layer 0: one layout per orbit of the rank permutations that keep every link's cost (relabelling
+  // the ranks of every layer at once by such a permutation changes neither objective nor balance).
+  std::vector<std::vector<int>> automorphisms;
+  for (const auto& s : perms) {
+    bool keeps = true;
+    for (std::size_t a = 0; a < G && keeps; ++a)
+      for (std::size_t b = 0; b < G && keeps; ++b)
+        keeps = p.cost[static_cast<std::size_t>(s[a]) * G + static_cast<std::size_t>(s[b])] == p.cost[a * G + b];
+    if (keeps) automorphisms.push_back(s);
+  }
+  {
+    std::unordered_map<std::uint64_t, std::size_t> index;
+    for (std::size_t i = 0; i < P; ++i) {
+      bool canonical = true;
+      for (const auto& s : automorphisms) {
+        std::vector<int> moved(G);
+        for (std::size_t g = 0; g < G; ++g) moved[static_cast<std::size_t>(s[g])] = perms[i][g];
+        if (moved < perms[i]) {
+          canonical = false;
+          break;
+        }
+      }
+      if (!canonical || (prune && togo[0][i] > cutoff)) continue;
+      Counts c{};
+      for (std::size_t g = 0; g < G; ++g) c[g] = p.sizes[0][static_cast<std::size_t>(perms[i][g])];
+      if (!admissible(c, 0)) continue;
+      const std::size_t s = add_state(layers[0], index, c);
+      layers[0].cost[s * P + i] = 0.0;
+    }
+  }
+  std::vector<double> best(P);
+  std::vector<std::size_t> arg(P);
+  for (std::size_t l = 0; l + 1 < L; ++l) {
+    std::unordered_map<std::uint64_t, std::size_t> index;
+    Layer& cur = layers[l];
+    Layer& next = layers[l + 1];
+    for (std::size_t s = 0; s < cur.counts.size(); ++s) {
+      std::fill(best.begin(), best.end(), std::numeric_limits<double>::infinity());
+      for (std::size_t i = 0; i < P; ++i) {
+        const double c0 = cur.cost[s * P + i];
+        if (!std::isfinite(c0)) continue;
+        const double* row = &pair[l][i * P];
+        for (std::size_t j = 0; j < P; ++j)
+          if (c0 + row[j] < best[j]) best[j] = c0 + row[j], arg[j] = i;
+      }
+      for (std::size_t j = 0; j < P; ++j) {
+        if (!std::isfinite(best[j]) || (prune && best[j] + togo[l + 1][j] > cutoff)) continue;
+        Counts c = cur.counts[s];
+        for (std::size_t g = 0; g < G; ++g) c[g] += p.sizes[l + 1][static_cast<std::size_t>(perms[j][g])];
+        if (!admissible(c, l + 1)) continue;
+        const std::size_t t = add_state(next, index, c);
+        if (entries > entry_limit || entries >= std::numeric_limits<std::int32_t>::max()) return out;
+        if (best[j] < next.cost[t * P + j]) {
+          next.cost[t * P + j] = best[j];
+          next.from[t * P + j] = static_cast<std::int32_t>(s * P + arg[j]);
+        }
+      }
+    }
+  }
+  out.completed = true;
+  out.entries = entries;
+  const Layer& last = layers[L - 1];
+  std::int64_t at = -1;
+  double found = std::numeric_limits<double>::infinity();
+  for (std::size_t k = 0; k < last.cost.size(); ++k)
+    if (last.cost[k] < found) found = last.cost[k], at = static_cast<std::int64_t>(k);
+  if (at < 0) return out;  // no balanced layout at or below the incumbent
+  out.feasible = true;
+  out.objective = found;
+  out.cluster_on.assign(L, {});
+  for (std::size_t l = L; l-- > 0;) {
+    const auto k = static_cast<std::size_t>(at);
+    out.cluster_on[l] = perms[k % P];
+    at = layers[l].from[k];
+  }
+  return out;
+}
+
+}  // namespace moesim::sim

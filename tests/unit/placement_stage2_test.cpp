@@ -1,0 +1,394 @@
+// Stage 2 proofs and the replicated stage 1 against exhaustive enumeration on small instances: the
+// chain program's optimum with the memory balance equals brute force over every layout of every
+// layer; the threshold pair bound equals the pair optimum on one or two uniform nodes and stays
+// below it elsewhere; the exact layer solve equals brute force; the replicated stage-1 bounds stay
+// below the best packing (of the solver's copy counts, and of any counts for the all-counts bound).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "common/error.hpp"
+#include "models/architecture.hpp"
+#include "models/cluster.hpp"
+#include "sim/placement.hpp"
+#include "sim/placement_solvers.hpp"
+#include "tests/support/test_support.hpp"
+
+using namespace moesim;
+
+namespace {
+
+struct Rng {
+  std::uint64_t s;
+  explicit Rng(std::uint64_t seed) : s(seed * 0x9e3779b97f4a7c15ULL + 12345) {}
+  std::uint64_t next() {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return s >> 33;
+  }
+  double skewed(int range) {
+    const double u = static_cast<double>(next() % 1000) / 1000.0;
+    return std::floor(1.0 + range * u * u * u);
+  }
+};
+
+std::vector<std::vector<int>> all_perms(std::size_t G) {
+  std::vector<std::vector<int>> perms;
+  std::vector<int> perm(G);
+  std::iota(perm.begin(), perm.end(), 0);
+  do perms.push_back(perm);
+  while (std::next_permutation(perm.begin(), perm.end()));
+  return perms;
+}
+
+// The best objective over every layout of every layer with every rank's experts in [lo, hi];
+// infinity when no layout is balanced.
+double brute_force_balanced(const sim::Stage2Problem& p, int lo, int hi) {
+  const auto G = static_cast<std::size_t>(p.ranks);
+  const std::size_t L = p.sizes.size();
+  const auto perms = all_perms(G);
+  std::vector<std::size_t> idx(L, 0);
+  std::vector<std::vector<int>> on(L);
+  double best = std::numeric_limits<double>::infinity();
+  while (true) {
+    std::vector<int> total(G, 0);
+    for (std::size_t l = 0; l < L; ++l) {
+      on[l] = perms[idx[l]];
+      for (std::size_t g = 0; g < G; ++g) total[g] += p.sizes[l][static_cast<std::size_t>(on[l][g])];
+    }
+    if (std::all_of(total.begin(), total.end(), [&](int t) { return t >= lo && t <= hi; }))
+      best = std::min(best, sim::stage2_objective(p, on));
+    std::size_t l = 0;
+    while (l < L && ++idx[l] == perms.size()) idx[l++] = 0;
+    if (l == L) break;
+  }
+  return best;
+}
+
+// Cluster sizes that differ (a hot cluster holding one expert, cold ones several).
+sim::Stage2Problem random_problem(Rng& rng, std::size_t layers, const std::vector<int>& node, double inter) {
+  sim::Stage2Problem p;
+  const std::size_t G = node.size();
+  p.ranks = static_cast<int>(G);
+  p.node = node;
+  p.cost.assign(G * G, 0.0);
+  for (std::size_t a = 0; a < G; ++a)
+    for (std::size_t b = 0; b < G; ++b)
+      if (a != b) p.cost[a * G + b] = node[a] == node[b] ? 1.0 : inter;
+  for (std::size_t l = 0; l < layers; ++l) {
+    std::vector<int> size(G);
+    for (auto& s : size) s = 1 + static_cast<int>(rng.next() % 4);
+    p.sizes.push_back(size);
+  }
+  for (std::size_t l = 0; l + 1 < layers; ++l) {
+    std::vector<double> t(G * G);
+    for (auto& v : t) v = rng.skewed(200);
+    p.traffic.push_back(t);
+  }
+  return p;
+}
+
+void memory_target(const sim::Stage2Problem& p, int& lo, int& hi) {
+  long experts = 0;
+  for (const auto& s : p.sizes) experts += std::accumulate(s.begin(), s.end(), 0L);
+  lo = static_cast<int>(experts / p.ranks);
+  hi = static_cast<int>((experts + p.ranks - 1) / p.ranks);
+}
+
+}  // namespace
+
+TEST_CASE("stage 2 chain program: its optimum equals brute force with the memory balance") {
+  struct Shape {
+    std::size_t layers;
+    std::vector<int> node;
+    double inter;
+  };
+  const std::vector<Shape> shapes = {
+      {4, {0, 0, 0}, 1.0}, {3, {0, 0, 0, 0}, 1.0}, {4, {0, 0, 1, 1}, 7.0}, {4, {0, 0, 0, 0}, 1.0}, {3, {0, 1, 1}, 5.0}};
+  int balanced_cases = 0, pruned_better = 0;
+  for (std::size_t k = 0; k < shapes.size(); ++k)
+    for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+      CAPTURE(k);
+      CAPTURE(seed);
+      Rng rng(seed * 31 + k);
+      const sim::Stage2Problem p = random_problem(rng, shapes[k].layers, shapes[k].node, shapes[k].inter);
+      int lo = 0, hi = 0;
+      memory_target(p, lo, hi);
+      const double brute = brute_force_balanced(p, lo, hi);
+      const sim::ChainDpResult dp = sim::stage2_chain_dp(p, lo, hi, std::numeric_limits<double>::infinity(), 10000000);
+      REQUIRE(dp.completed);
+      CHECK(dp.feasible == std::isfinite(brute));
+      if (!std::isfinite(brute)) continue;
+      ++balanced_cases;
+      CHECK(dp.objective == doctest::Approx(brute).epsilon(1e-12));
+      CHECK(sim::stage2_objective(p, dp.cluster_on) == doctest::Approx(brute).epsilon(1e-12));
+      std::vector<int> total(p.node.size(), 0);
+      for (std::size_t l = 0; l < p.sizes.size(); ++l)
+        for (std::size_t g = 0; g < total.size(); ++g)
+          total[g] += p.sizes[l][static_cast<std::size_t>(dp.cluster_on[l][g])];
+      for (int t : total) CHECK((t >= lo && t <= hi));
+      // Pruned against a worse incumbent it still finds the optimum; against the optimum itself it
+      // finds nothing strictly better.
+      const sim::ChainDpResult worse = sim::stage2_chain_dp(p, lo, hi, brute * 1.5 + 1.0, 10000000);
+      REQUIRE(worse.completed);
+      REQUIRE(worse.feasible);
+      CHECK(worse.objective == doctest::Approx(brute).epsilon(1e-12));
+      pruned_better += worse.entries <= dp.entries ? 1 : 0;
+      const sim::ChainDpResult at = sim::stage2_chain_dp(p, lo, hi, brute, 10000000);
+      REQUIRE(at.completed);
+      if (at.feasible) CHECK(at.objective >= brute * (1 - 1e-12));
+
+      // The solver: optimal and equal to brute force (the chain program runs for up to 5 ranks).
+      const sim::Stage2Result r = sim::moetuner_stage2(p, sim::SolverLimits{});
+      CHECK(r.chain_proven);
+      CHECK(r.report.status == "optimal");
+      CHECK(r.report.objective == doctest::Approx(brute).epsilon(1e-12));
+      CHECK(r.report.bound == doctest::Approx(brute).epsilon(1e-12));
+      CHECK(r.memory_min >= lo);
+      CHECK(r.memory_max <= hi);
+    }
+  CHECK(balanced_cases >= 10);
+  CHECK(pruned_better == balanced_cases);
+}
+
+TEST_CASE("stage 2 chain program: a work limit too small reports not completed") {
+  Rng rng(5);
+  const sim::Stage2Problem p = random_problem(rng, 4, {0, 0, 0, 0}, 1.0);
+  int lo = 0, hi = 0;
+  memory_target(p, lo, hi);
+  const sim::ChainDpResult dp = sim::stage2_chain_dp(p, lo, hi, std::numeric_limits<double>::infinity(), 30);
+  CHECK_FALSE(dp.completed);
+  sim::SolverLimits limits;
+  limits.chain_entries = 30;
+  const sim::Stage2Result r = sim::moetuner_stage2(p, limits);
+  CHECK_FALSE(r.chain_proven);
+  CHECK(r.report.bound <= r.report.objective * (1 + 1e-12));
+}
+
+TEST_CASE("stage 2 threshold bound: the exact pair optimum on one or two uniform nodes, a bound elsewhere") {
+  struct Shape {
+    std::vector<int> node;
+    bool exact;
+    bool uneven_costs;
+  };
+  const std::vector<Shape> shapes = {{{0, 0, 0, 0}, true, false},       {{0, 0, 1, 1}, true, false},
+                                     {{0, 0, 0, 1, 1, 1}, true, false}, {{0, 0, 1, 1, 2, 2}, false, false},
+                                     {{0, 0, 1, 1, 1}, true, false},    {{0, 0, 1, 1}, false, true}};
+  int strictly_stronger = 0;
+  for (std::size_t k = 0; k < shapes.size(); ++k)
+    for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+      CAPTURE(k);
+      CAPTURE(seed);
+      Rng rng(seed + 17 * k);
+      sim::Stage2Problem p = random_problem(rng, 2, shapes[k].node, 6.0);
+      const std::size_t G = shapes[k].node.size();
+      if (shapes[k].uneven_costs)
+        for (std::size_t a = 0; a < G; ++a)
+          for (std::size_t b = 0; b < G; ++b)
+            if (a != b) p.cost[a * G + b] *= 1.0 + 0.5 * static_cast<double>((a + 2 * b) % 3);
+      double optimum = std::numeric_limits<double>::infinity();
+      const auto perms = all_perms(G);
+      for (const auto& a : perms)
+        for (const auto& b : perms) optimum = std::min(optimum, sim::stage2_pair_objective(p, 0, a, b));
+      const double threshold = sim::stage2_pair_threshold_bound(p, 0);
+      const double bound = sim::stage2_pair_bound(p, 0);
+      CHECK(threshold <= optimum * (1 + 1e-12));
+      CHECK(bound <= optimum * (1 + 1e-12));
+      CHECK(bound >= threshold);
+      if (shapes[k].exact) CHECK(threshold == doctest::Approx(optimum).epsilon(1e-12));
+      strictly_stronger += threshold > 0 ? 1 : 0;
+    }
+  CHECK(strictly_stronger > 20);
+}
+
+TEST_CASE("moetuner_replicated stage 1: copies apart, slots even, bounds below brute force") {
+  // 4 experts, 3 clusters, 2 replicas: every copy-count choice and every packing enumerated.
+  for (std::uint64_t seed = 1; seed <= 8; ++seed) {
+    CAPTURE(seed);
+    Rng rng(seed + 300);
+    std::vector<double> layer(4);
+    for (auto& v : layer) v = rng.skewed(500);
+    const int G = 3, N = 2;
+    double best_even = std::numeric_limits<double>::infinity();  // any copy counts
+    double best_own = std::numeric_limits<double>::infinity();   // the solver's copy counts
+    const std::vector<int> own = sim::replica_counts(layer, N, G);
+    std::vector<int> count(4, 1);
+    for (int a = 0; a < 4; ++a)
+      for (int b = a; b < 4; ++b) {
+        std::fill(count.begin(), count.end(), 1);
+        ++count[static_cast<std::size_t>(a)];
+        ++count[static_cast<std::size_t>(b)];
+        if (*std::max_element(count.begin(), count.end()) > G) continue;
+        std::vector<int> expert;
+        for (int e = 0; e < 4; ++e)
+          for (int c = 0; c < count[static_cast<std::size_t>(e)]; ++c) expert.push_back(e);
+        const std::size_t n = expert.size();
+        std::size_t combos = 1;
+        for (std::size_t i = 0; i < n; ++i) combos *= G;
+        for (std::size_t code = 0; code < combos; ++code) {
+          std::vector<std::vector<int>> on(4);
+          std::vector<int> slots(G, 0);
+          std::size_t x = code;
+          for (std::size_t i = 0; i < n; ++i) {
+            const int c = static_cast<int>(x % G);
+            x /= G;
+            on[static_cast<std::size_t>(expert[i])].push_back(c);
+            ++slots[static_cast<std::size_t>(c)];
+          }
+          bool ok = std::all_of(slots.begin(), slots.end(), [&](int s) { return s == 2; });
+          for (auto& v : on) {
+            std::sort(v.begin(), v.end());
+            ok = ok && std::adjacent_find(v.begin(), v.end()) == v.end();
+          }
+          if (!ok) continue;
+          const double value = sim::stage1_replicated_objective(layer, on, G);
+          best_even = std::min(best_even, value);
+          if (count == own) best_own = std::min(best_own, value);
+        }
+      }
+    const sim::ReplicatedStage1Result r = sim::moetuner_stage1_replicated({layer}, G, N);
+    const auto& on = r.clusters[0];
+    std::vector<int> slots(G, 0);
+    int copies = 0;
+    for (const auto& v : on) {
+      CHECK(!v.empty());
+      CHECK(std::adjacent_find(v.begin(), v.end()) == v.end());
+      for (int c : v) ++slots[static_cast<std::size_t>(c)], ++copies;
+    }
+    CHECK(copies == 6);
+    for (int s : slots) CHECK(s == 2);
+    CHECK(r.layer_objective[0] == doctest::Approx(sim::stage1_replicated_objective(layer, on, G)));
+    // The stage-1 problem keeps the solver's copy counts: its bound is below the best packing of
+    // those, the bound over all counts below the best packing of any.
+    CHECK(r.layer_bound[0] <= best_own * (1 + 1e-12) + 1e-9);
+    CHECK(r.layer_objective[0] >= best_own * (1 - 1e-12) - 1e-9);
+    CHECK(sim::stage1_replicated_bound(layer, G, N) <= best_even * (1 + 1e-12) + 1e-9);
+    CHECK(best_own >= best_even);
+    CHECK(r.layer_bound[0] <= r.layer_objective[0]);
+  }
+  CHECK_THROWS_AS(sim::moetuner_stage1_replicated({{1, 2, 3}}, 2, 4), common::InputError);
+  CHECK_THROWS_AS(sim::moetuner_stage1_replicated({{1, 2}}, 4, 1), common::InputError);
+}
+
+TEST_CASE("moetuner_replicated: a valid placement whose reported traffic is the recomputed one") {
+  const models::Architecture arch = models::load_architecture("mixtral-8x7b");
+  const models::Cluster cluster = models::load_cluster("h100-sxm-4gpu");
+  sim::RoutingCounts routing;
+  routing.layers = arch.moe_layers;
+  routing.num_experts = 8;
+  routing.top_k = 2;
+  routing.tokens = 1000;
+  Rng rng(11);
+  for (std::size_t l = 0; l < arch.moe_layers.size(); ++l) {
+    std::vector<double> load(8);
+    for (auto& v : load) v = rng.skewed(2000);
+    routing.load.push_back(load);
+    if (l + 1 < arch.moe_layers.size()) {
+      std::vector<double> next(64);
+      for (auto& v : next) v = rng.skewed(80);
+      routing.next.push_back(next);
+    }
+  }
+  const sim::PlacementRegistry registry = sim::default_placement_registry();
+  sim::PlacementInput input{arch, cluster, 4, 1, &routing, {}};
+  input.options.replicas = 4;
+  const sim::Placement m = registry.create("moetuner_replicated")->place(input);
+  sim::validate_placement(m, arch, "moetuner_replicated");
+  CHECK(m.report["replicas"].get<int>() == 4);
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    std::size_t copies = 0;
+    for (const auto& holders : m.ranks[l]) copies += holders.size();
+    CHECK(copies == 12);
+    for (int r = 0; r < 4; ++r) CHECK(m.experts_on(l, r).size() == 3);
+  }
+  CHECK(m.report["stage2"]["objective"].get<double>() ==
+        doctest::Approx(sim::placement_traffic_objective(m, routing, arch, cluster)).epsilon(1e-12));
+  CHECK(m.report["stage1"]["bound"].get<double>() <= m.report["stage1"]["objective"].get<double>() + 1e-9);
+  // Four ranks: stage 2 is settled by the chain program.
+  CHECK(m.report["stage2"]["status"].get<std::string>() == "optimal");
+  // The per-rank profiled loads are the solver's stage-1 objective.
+  double deviation = 0.0;
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    std::vector<double> per(4, 0.0);
+    double sum = 0.0;
+    for (std::size_t e = 0; e < 8; ++e) {
+      sum += routing.load[l][e];
+      for (int r : m.ranks[l][e])
+        per[static_cast<std::size_t>(r)] += routing.load[l][e] / static_cast<double>(m.ranks[l][e].size());
+    }
+    for (double v : per) deviation += std::fabs(v - sum / 4);
+  }
+  CHECK(deviation == doctest::Approx(m.report["stage1"]["objective"].get<double>()).epsilon(1e-9));
+  input.options.replicas = 8 * 3 + 1;
+  CHECK_THROWS_AS(registry.create("moetuner_replicated")->place(input), common::InputError);
+}
+
+TEST_CASE("stage 2 exact layer solve: equals brute force over every layout of the layer") {
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    CAPTURE(seed);
+    Rng rng(seed + 900);
+    const std::size_t G = 3 + seed % 4;  // 3 to 6 ranks
+    std::vector<double> left(G * G), right(G * G);
+    std::vector<char> allowed(G * G, 1);
+    for (auto& v : left) v = rng.skewed(50);
+    for (auto& v : right) v = rng.skewed(50);
+    if (seed % 3 == 0)
+      for (auto& a : allowed) a = rng.next() % 4 != 0;
+    const bool use_left = seed % 5 != 1, use_right = seed % 5 != 2;
+    double best = std::numeric_limits<double>::infinity();
+    for (const auto& on : all_perms(G)) {
+      double a = 0.0, b = 0.0;
+      bool ok = true;
+      for (std::size_t g = 0; g < G; ++g) {
+        const std::size_t i = static_cast<std::size_t>(on[g]) * G + g;
+        ok = ok && allowed[i];
+        a = std::max(a, left[i]);
+        b = std::max(b, right[i]);
+      }
+      if (ok) best = std::min(best, (use_left ? a : 0.0) + (use_right ? b : 0.0));
+    }
+    const std::vector<int> on =
+        sim::stage2_layer_exact(G, use_left ? &left : nullptr, use_right ? &right : nullptr, allowed);
+    REQUIRE(on.empty() == !std::isfinite(best));
+    if (on.empty()) continue;
+    double a = 0.0, b = 0.0;
+    std::vector<int> sorted = on;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t g = 0; g < G; ++g) {
+      CHECK(sorted[g] == static_cast<int>(g));
+      const std::size_t i = static_cast<std::size_t>(on[g]) * G + g;
+      CHECK(allowed[i]);
+      a = std::max(a, left[i]);
+      b = std::max(b, right[i]);
+    }
+    CHECK((use_left ? a : 0.0) + (use_right ? b : 0.0) == doctest::Approx(best));
+  }
+}
+
+TEST_CASE("stage 2 window bound: the exact three-layer optimum on one or two uniform nodes") {
+  const std::vector<std::vector<int>> nodes = {{0, 0, 0, 0}, {0, 0, 1, 1}, {0, 1, 1, 1}};
+  const auto perms = all_perms(4);
+  for (std::size_t k = 0; k < nodes.size(); ++k)
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      CAPTURE(k);
+      CAPTURE(seed);
+      Rng rng(seed + 40 * k + 7);
+      const sim::Stage2Problem p = random_problem(rng, 3, nodes[k], 8.0);
+      for (const auto& [alpha, beta] : {std::pair{1.0, 1.0}, std::pair{0.5, 1.0}}) {
+        std::vector<double> first(perms.size() * perms.size()), second(perms.size() * perms.size());
+        for (std::size_t a = 0; a < perms.size(); ++a)
+          for (std::size_t b = 0; b < perms.size(); ++b) {
+            first[a * perms.size() + b] = sim::stage2_pair_objective(p, 0, perms[a], perms[b]);
+            second[a * perms.size() + b] = sim::stage2_pair_objective(p, 1, perms[a], perms[b]);
+          }
+        double best = std::numeric_limits<double>::infinity();
+        for (std::size_t a = 0; a < perms.size(); ++a)
+          for (std::size_t b = 0; b < perms.size(); ++b)
+            for (std::size_t c = 0; c < perms.size(); ++c)
+              best = std::min(best, alpha * first[a * perms.size() + b] + beta * second[b * perms.size() + c]);
+        CHECK(sim::stage2_window_bound(p, 0, alpha, beta) == doctest::Approx(best).epsilon(1e-12));
+      }
+      // The chain bound is below the chain optimum (no memory rows: brute force with a loose range).
+      CHECK(sim::stage2_chain_window_bound(p) <= brute_force_balanced(p, 0, 1 << 20) * (1 + 1e-12));
+    }
+}

@@ -64,7 +64,7 @@ int run_place(const Args& args, Context& ctx) {
       "policy", po::value<std::string>()->required(), "placement policy (see the list above)")(
       "tp", po::value<std::string>(), "GPUs per EP rank (default 1)")("ep", po::value<std::string>(),
                                                                       "EP ranks (default GPUs / TP)")(
-      "replicas", po::value<std::string>(), "eplb: redundant expert slots per layer (default 0)")(
+      "replicas", po::value<std::string>(), "eplb, moetuner_replicated: redundant expert slots per layer (default 0)")(
       "groups", po::value<std::string>(), "eplb: expert groups (default the architecture's routing groups)")(
       "seed", po::value<std::string>(), "random: the seed (default 1)")(
       "time-limit", po::value<std::string>(), "moetuner: wall-clock cap such as 60s (default: the work limit only)")(

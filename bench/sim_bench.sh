@@ -1,7 +1,12 @@
 #!/bin/bash
 # Simulator benchmarks (issue: the simulator). Prints one table; takes several minutes.
 #   bash bench/sim_bench.sh BUILD_DIR [case ...]     cases: mixtral dsv3-64 dsv3-256 synthetic memory
-# Speed = simulated time / wall time. Peak memory is the largest resident set of the run (the
+# SIM_BENCH_TRACE_TOOL=PATH generates the traces with another moesim binary (comparing two builds
+# on identical traces). SIM_BENCH_SYNTHETIC_GPUS="8 64" limits the synthetic case to those GPU
+# counts (default 8 64 256).
+# Speed = simulated time / CPU time, CPU time = user + sys of the whole run (GNU time, children
+# included): on a shared machine wall time measures the neighbours, CPU time the simulator. Run it
+# with MOESIM_JOBS=1 (set below) and `nice`. Peak memory is the largest resident set of the run (the
 # simulations run in child processes; GNU time reports the largest of them).
 set -euo pipefail
 build=${1:?usage: bash bench/sim_bench.sh BUILD_DIR [case ...]}
@@ -9,6 +14,7 @@ shift
 cases=${*:-mixtral dsv3-64 dsv3-256 synthetic memory}
 root=$(cd "$(dirname "$0")/.." && pwd)
 moesim="$build/sim/moesim"
+tracegen=${SIM_BENCH_TRACE_TOOL:-$moesim}
 [ -x /usr/bin/time ] || { echo "needs GNU time: apt-get install time" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -32,25 +38,27 @@ YAML
 
 # run NAME LABEL: runs the study, prints a table row.
 run() {
-  /usr/bin/time -f "%e %M" -o "$tmp/$1.time" "$moesim" run "$tmp/$1.yaml" -o "$tmp/$1.out" -q --force > /dev/null
-  read -r wall rss < "$tmp/$1.time"
-  python3 - "$tmp/$1.out/results.json" "$wall" "$rss" "$2" <<'PY'
+  /usr/bin/time -f "%U %S %e %M" -o "$tmp/$1.time" "$moesim" run "$tmp/$1.yaml" -o "$tmp/$1.out" -q --force > /dev/null
+  read -r user sys wall rss < "$tmp/$1.time"
+  python3 - "$tmp/$1.out/results.json" "$user" "$sys" "$wall" "$rss" "$2" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
 v = doc["variants"][0]
 steps = v["inputs"]["steps"]
 sim = v["step_latency_s"]["mean"] * steps
-wall = float(sys.argv[2])
-print(f"| {sys.argv[4]:<46} | {steps:>5} | {sim*1e3:>12.3f} | {wall:>8.2f} | {sim/wall:>10.4f} | {wall/steps:>9.4f} | {int(sys.argv[3])/1024:>8.1f} |")
+cpu = max(float(sys.argv[2]) + float(sys.argv[3]), 0.01)
+wall = float(sys.argv[4])
+print(f"| {sys.argv[6]:<46} | {steps:>5} | {sim*1e3:>12.3f} | {cpu:>8.2f} | {wall:>8.2f} | {sim/cpu:>10.4f} "
+      f"| {cpu/steps:>9.4f} | {int(sys.argv[5])/1024:>8.1f} |")
 PY
 }
 
-echo "| case | steps | simulated ms | wall s | sim/wall | wall s/step | peak MiB |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| case | steps | simulated ms | CPU s | wall s | sim/CPU | CPU s/step | peak MiB |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for c in $cases; do
   case $c in
     mixtral)
-      "$moesim" trace generate --architecture mixtral-8x7b --tokens 300000 --seed 1 --zipf 1.0 --affinity 0.5 -o "$tmp/mixtral.mtr" > /dev/null
+      "$tracegen" trace generate --architecture mixtral-8x7b --tokens 300000 --seed 1 --zipf 1.0 --affinity 0.5 -o "$tmp/mixtral.mtr" > /dev/null
       study mixtral-prefill mixtral-8x7b h100-sxm-8gpu "$tmp/mixtral.mtr" "{mode: prefill, tokens_per_step: 4096, steps: 20}"
       run mixtral-prefill "Mixtral-8x7B EP8, 4096-token prefill"
       study mixtral-decode mixtral-8x7b h100-sxm-8gpu "$tmp/mixtral.mtr" "{mode: decode, batch_sequences: 64, steps: 100}"
@@ -59,18 +67,18 @@ for c in $cases; do
     dsv3-64 | dsv3-256)
       n=${c#dsv3-}
       nodes=$((n / 8))
-      [ -f "$tmp/dsv3.mtr" ] || "$moesim" trace generate --architecture deepseek-v3 --tokens 24576 --seed 1 --zipf 1.0 --affinity 0.5 -o "$tmp/dsv3.mtr" > /dev/null
+      [ -f "$tmp/dsv3.mtr" ] || "$tracegen" trace generate --architecture deepseek-v3 --tokens 24576 --seed 1 --zipf 1.0 --affinity 0.5 -o "$tmp/dsv3.mtr" > /dev/null
       study "dsv3-$n" deepseek-v3 "$root/bench/configs/h200-${nodes}x8.yaml" "$tmp/dsv3.mtr" "{mode: prefill, tokens_per_step: 8192, steps: 3}" hierarchical
       run "dsv3-$n" "DeepSeek-V3 on $n GPUs, 8192-token prefill, hier."
       ;;
     synthetic)
-      for n in 8 64 256; do
+      for n in ${SIM_BENCH_SYNTHETIC_GPUS:-8 64 256}; do
         study "synthetic-$n" mixtral-8x7b "$root/bench/configs/switch-$n.yaml" "" "{mode: synthetic, steps: 10, synthetic: {compute: 300us, a2a_bytes: 8MiB, layers: 58}}"
         run "synthetic-$n" "synthetic, $n GPUs, 58 layers x 10 steps"
       done
       ;;
     memory)
-      "$moesim" trace generate --architecture deepseek-v2-lite --tokens 2000000 --seed 1 -o "$tmp/long.mtr" > /dev/null
+      "$tracegen" trace generate --architecture deepseek-v2-lite --tokens 2000000 --seed 1 -o "$tmp/long.mtr" > /dev/null
       for steps in 10 200; do
         study "memory-$steps" deepseek-v2-lite h100-sxm-8gpu "$tmp/long.mtr" "{mode: prefill, tokens_per_step: 8192, steps: $steps}"
         run "memory-$steps" "DeepSeek-V2-Lite prefill, $steps steps (memory)"

@@ -1,5 +1,6 @@
 #include "sim/platform.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -171,13 +172,18 @@ Platform::Platform(const models::Cluster& c, const models::Profile& profile, dou
     }
   }
   zone->seal();
+  // Node 0's GPUs reach each other over their two ports alone unless a mesh adds a pair link; every
+  // port is built with the same bandwidth and latency.
+  star_gpus_ = mesh.empty() ? std::min(n, per_node) : 0;
 }
 
-void Platform::set_compute_slowdown(int gpu, double factor) const {
+void Platform::set_compute_slowdown(int gpu, double factor) {
   long index = std::lround((std::max(factor, 1.0) - 1.0) / kSlowdownStep);
   if (index > kMaxSlowdownIndex) index = kMaxSlowdownIndex;
-  auto* h = hosts_[static_cast<std::size_t>(gpu)];
-  if (static_cast<long>(h->get_pstate()) != index) h->set_pstate(static_cast<unsigned long>(index));
+  auto& p = ports_[static_cast<std::size_t>(gpu)];
+  if (p.pstate == index) return;
+  p.pstate = index;
+  hosts_[static_cast<std::size_t>(gpu)]->set_pstate(static_cast<unsigned long>(index));
 }
 
 void Platform::set_comm_slowdown(int gpu, double factor) {

@@ -29,11 +29,15 @@ class Platform {
   sg4::Host* host(int gpu) const { return hosts_[static_cast<std::size_t>(gpu)]; }
   int gpus() const { return static_cast<int>(hosts_.size()); }
   // Compute of `gpu` runs at speed / factor from now on (factor >= 1, quantised to kSlowdownStep).
-  void set_compute_slowdown(int gpu, double factor) const;
+  void set_compute_slowdown(int gpu, double factor);
   // Communication through `gpu`'s private ports runs at bandwidth / factor from now on.
   void set_comm_slowdown(int gpu, double factor);
   // Effective per-direction bandwidth of the GPU's NVLink/PCIe port and of its network port.
   double port_bandwidth(int gpu) const { return ports_[static_cast<std::size_t>(gpu)].intra_bw; }
+  // True when every route between two of GPUs 0..n-1 is exactly the source's port link (up) then
+  // the destination's port link (down), all ports alike: no other link is shared. The condition of
+  // the aggregated uniform all-to-all (docs/simulator.md, "Aggregated uniform all-to-all").
+  bool private_star(int n) const { return n >= 1 && n <= star_gpus_; }
 
  private:
   struct Ports {
@@ -42,9 +46,11 @@ class Platform {
     double intra_bw = 0.0;
     double net_bw = 0.0;
     double factor = 1.0;
+    long pstate = 0;  // the host's pstate as last set (asking SimGrid costs more than remembering)
   };
   std::vector<sg4::Host*> hosts_;
   std::vector<Ports> ports_;
+  int star_gpus_ = 0;  // GPUs 0..star_gpus_-1 form a private star (see private_star)
 };
 
 }  // namespace moesim::sim

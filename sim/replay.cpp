@@ -12,6 +12,8 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <span>
+#include <unordered_map>
 
 #include "common/error.hpp"
 #include "models/costs.hpp"
@@ -47,34 +49,63 @@ const char* category_name(Category c) {
 struct Task {
   TaskKind kind = TaskKind::kJoin;
   Category category = Category::kOther;
+  bool timeline = false;  // join: a stream operation worth drawing
   int gpu = -1;         // compute: host; transfer: source
   int dst = -1;         // transfer: destination
   int layer = -1;       // index into the step's layer table, -1 for none
+  double merged_part = 0.0;  // transfer: > 0 when it stands for its source's whole uniform all-to-all
+                             // (this many bytes to every other GPU; see build_synthetic_step)
   double amount = 0.0;  // compute: seconds at full speed; transfer: bytes
   double flops = 0.0;   // compute: FLOP, for the contention lookup
   double op_bytes = 0.0;  // transfer: bytes of the whole operation it belongs to (contention lookup)
   const char* comm_op = "all_to_all";
   int pending = 0;
-  std::vector<std::uint32_t> succ;
   double start = -1.0, end = -1.0;
-  bool timeline = false;  // join: a stream operation worth drawing
   std::uint32_t gate = 0;  // join of a stream operation: the task that opened it
 };
 
 class Replay;
 
-// The graph of one step, built up front, started lazily.
+// The graph of one step, built up front, started lazily. Edges are collected as (from, to) pairs
+// while building and turned into flat successor lists (in insertion order) by finalize(): no
+// per-task containers. The object is reused from step to step, keeping its capacity.
 struct StepGraph {
   std::vector<Task> tasks;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
+  std::vector<std::uint32_t> succ_begin, succ;
   std::vector<sg4::ActivityPtr> activities;  // kept alive until two steps later
-  std::uint32_t add(Task t) {
-    tasks.push_back(std::move(t));
+  std::uint32_t add(const Task& t) {
+    tasks.push_back(t);
     return static_cast<std::uint32_t>(tasks.size() - 1);
   }
   void edge(std::uint32_t from, std::uint32_t to) {
-    tasks[from].succ.push_back(to);
+    edges.emplace_back(from, to);
     ++tasks[to].pending;
   }
+  void clear() {
+    tasks.clear();
+    edges.clear();
+    succ_begin.clear();
+    succ.clear();
+    activities.clear();
+  }
+  void finalize() {
+    const std::size_t n = tasks.size();
+    succ_begin.assign(n + 1, 0);
+    for (const auto& e : edges) ++succ_begin[e.first + 1];
+    for (std::size_t i = 0; i < n; ++i) succ_begin[i + 1] += succ_begin[i];
+    succ.resize(edges.size());
+    // A stable counting sort: each task's successors keep the order in which edges were added.
+    std::vector<std::uint32_t>& fill = fill_;
+    fill.assign(succ_begin.begin(), succ_begin.end() - 1);
+    for (const auto& e : edges) succ[fill[e.first]++] = e.second;
+  }
+  std::span<const std::uint32_t> successors(std::uint32_t id) const {
+    return {succ.data() + succ_begin[id], succ_begin[id + 1] - succ_begin[id]};
+  }
+
+ private:
+  std::vector<std::uint32_t> fill_;
 };
 
 struct GpuTrack {
@@ -83,6 +114,10 @@ struct GpuTrack {
   const Task* last_comm = nullptr;     // the most recent transfer started here (contention lookup)
   double state_since = 0.0;
   models::GpuState state = models::GpuState::kIdle;
+  // The last contention lookup: the same operation against the same GEMM recurs many times in a row.
+  const char* cached_op = nullptr;
+  double cached_bytes = -1.0, cached_flops = -1.0;
+  models::Slowdown cached;
 };
 
 class Replay {
@@ -146,6 +181,20 @@ class Replay {
   bool measuring_ = false;
 
   std::vector<GpuTrack> track_;
+  // models::contention by (operation, operation bytes, GEMM FLOP): the same few pairs recur all run.
+  struct ContentionKey {
+    const char* op;
+    double bytes, flops;
+    bool operator==(const ContentionKey&) const = default;
+  };
+  struct ContentionHash {
+    std::size_t operator()(const ContentionKey& k) const {
+      const std::size_t a = std::hash<const void*>{}(k.op), b = std::hash<double>{}(k.bytes), c = std::hash<double>{}(k.flops);
+      return a ^ (b * 0x9e3779b97f4a7c15ULL) ^ (c * 0xc2b2ae3d27d4eb4fULL + (b >> 7));
+    }
+  };
+  std::unordered_map<ContentionKey, models::Slowdown, ContentionHash> contention_memo_;
+  double state_power_[4] = {0, 0, 0, 0};  // W per models::GpuState, clock limit and cap applied
   // Per-step, per (gpu, layer slot) accumulators.
   std::vector<int> layer_ids_;  // decoder-layer index per layer slot
   std::vector<char> layer_moe_;
@@ -155,6 +204,44 @@ class Replay {
   std::vector<double> rank_tokens_step_;  // [slot * ep + rank]
   StepBatch batch_;
   std::size_t batch_tokens_ = 0;  // tokens of the current step
+  std::vector<int> single_holder_;  // [MoE layer * E + expert]: its only holder rank, -1 if replicated
+  // The batch's expert ids by layer ([layer][token][k]) so that routing one layer reads them in
+  // sequence instead of one cache line per token; rebuilt when the batch changes.
+  const StepBatch* layer_major_of_ = nullptr;
+  std::vector<std::uint16_t> layer_major_ids_;
+  const std::uint16_t* layer_major(const StepBatch& batch, std::size_t layers) {
+    if (layer_major_of_ != &batch) {
+      const std::size_t n = batch.size(), k = static_cast<std::size_t>(arch_.top_k);
+      layer_major_ids_.resize(n * layers * k);
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t l = 0; l < layers; ++l)
+          std::copy_n(batch.experts.data() + (i * layers + l) * k, k, layer_major_ids_.data() + (l * n + i) * k);
+      layer_major_of_ = &batch;
+    }
+    return layer_major_ids_.data();
+  }
+
+  // build_moe_layer's working storage, kept across layers and steps so that building allocates
+  // only while the arrays grow.
+  struct MoeScratch {
+    std::vector<long> home_count, home_seen, home_chunk;
+    std::vector<int> rank_node;  // node of each EP rank
+    std::vector<std::vector<long>> sends, expert_tokens, node_sends;
+    std::vector<int> dests, dest_nodes;
+    std::vector<std::uint32_t> attn_done, shared_done, compute_done, inputs_ready, gateway_arrival;
+    std::vector<char> has_gateway, via_gateway;
+    std::vector<long> per_expert;
+    std::vector<std::vector<std::uint32_t>> arrivals, into, at_gateway;
+  };
+  MoeScratch moe_;
+  static void reset_lists(std::vector<std::vector<std::uint32_t>>& v, std::size_t outer) {
+    if (v.size() < outer) v.resize(outer);
+    for (std::size_t i = 0; i < outer; ++i) v[i].clear();
+  }
+  static void reset_counts(std::vector<std::vector<long>>& v, std::size_t outer, std::size_t inner) {
+    if (v.size() < outer) v.resize(outer);
+    for (std::size_t i = 0; i < outer; ++i) v[i].assign(inner, 0);
+  }
 
   SimResult result_;
   std::vector<double> layer_sums_;  // [slot][4]
@@ -227,52 +314,81 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
   const Placement& pl = *in_.placement;
   const double token_bytes = static_cast<double>(arch_.hidden_size) * dtype_bytes_ / tp;
   const int ranks_per_node = std::max(1, cluster_.gpus_per_node / tp);
-  auto node_of_rank = [&](int r) { return r / ranks_per_node; };
+  auto& rank_node = moe_.rank_node;
+  if (static_cast<int>(rank_node.size()) != ep) {
+    rank_node.resize(static_cast<std::size_t>(ep));
+    for (int r = 0; r < ep; ++r) rank_node[static_cast<std::size_t>(r)] = r / ranks_per_node;
+  }
+  auto node_of_rank = [&](int r) { return rank_node[static_cast<std::size_t>(r)]; };
 
   // Position of each token among its home rank's tokens: chunk = position * chunks / count.
-  std::vector<long> home_count(static_cast<std::size_t>(ep), 0), home_seen(static_cast<std::size_t>(ep), 0);
+  MoeScratch& m = moe_;
+  auto& home_count = m.home_count;
+  auto& home_seen = m.home_seen;
+  home_count.assign(static_cast<std::size_t>(ep), 0);
+  home_seen.assign(static_cast<std::size_t>(ep), 0);
+  auto& home_chunk = m.home_chunk;
+  home_chunk.assign(static_cast<std::size_t>(ep), 0);
   for (int h : batch.home) ++home_count[static_cast<std::size_t>(h)];
 
   // sends[c][h * ep + r]: tokens from home rank h to rank r in chunk c; expert_tokens[c][r * E + e].
+  // Count arrays per chunk, reused from layer to layer: routing a token allocates nothing.
   const std::size_t C = static_cast<std::size_t>(chunks);
-  std::vector<std::vector<long>> sends(C, std::vector<long>(static_cast<std::size_t>(ep * ep), 0));
-  std::vector<std::vector<long>> expert_tokens(C, std::vector<long>(static_cast<std::size_t>(ep * experts), 0));
-  // Hierarchical dispatch: tokens from home rank h to node n, deduplicated: [c][h * nodes + n].
   const int nodes = (ep + ranks_per_node - 1) / ranks_per_node;
-  std::vector<std::vector<long>> node_sends(C, std::vector<long>(static_cast<std::size_t>(ep * nodes), 0));
-  std::vector<int> dests, dest_nodes;  // per token, reused
+  reset_counts(m.sends, C, static_cast<std::size_t>(ep * ep));
+  reset_counts(m.expert_tokens, C, static_cast<std::size_t>(ep * experts));
+  // Hierarchical dispatch: tokens from home rank h to node n, deduplicated: [c][h * nodes + n].
+  reset_counts(m.node_sends, C, static_cast<std::size_t>(ep * nodes));
+  auto& sends = m.sends;
+  auto& expert_tokens = m.expert_tokens;
+  auto& node_sends = m.node_sends;
+  // An expert with a single holder goes there whatever the token's home: one load, no search.
+  const int* single = single_holder_.data() + li * static_cast<std::size_t>(experts);
+  auto& dests = m.dests;
+  auto& dest_nodes = m.dest_nodes;
+  const std::uint16_t* layer_ids = layer_major(batch, L) + li * batch.size() * static_cast<std::size_t>(k);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const int h = batch.home[i];
-    const auto c = static_cast<std::size_t>(home_seen[static_cast<std::size_t>(h)]++ * chunks /
-                                            std::max<long>(1, home_count[static_cast<std::size_t>(h)]));
+    // c = position * chunks / count, kept as a running quotient (no division per token).
+    std::size_t c = 0;
+    if (chunks > 1) {
+      const auto hs = static_cast<std::size_t>(h);
+      const long scaled = home_seen[hs]++ * chunks;
+      long& q = home_chunk[hs];
+      while (scaled >= (q + 1) * home_count[hs]) ++q;
+      c = static_cast<std::size_t>(q);
+    }
     dests.clear();
-    const auto* e = batch.experts.data() + (i * L + li) * static_cast<std::size_t>(k);
+    const auto* e = layer_ids + i * static_cast<std::size_t>(k);
+    long* tokens_c = expert_tokens[c].data();
     for (int j = 0; j < k; ++j) {
-      const auto& holders = pl.ranks[li][e[j]];
-      int chosen = -1;
-      for (int r : holders)
-        if (r == h) chosen = r;
-      if (chosen < 0 && holders.size() == 1) chosen = holders[0];
+      int chosen = single[e[j]];
       if (chosen < 0) {
-        // Replicas on the home node, round-robin by token index (counted, then picked: no allocation).
-        std::size_t same_node = 0;
-        for (int r : holders) same_node += node_of_rank(r) == node_of_rank(h) ? 1 : 0;
-        if (same_node > 0) {
-          std::size_t pick = batch.token_index[i] % same_node;
-          for (int r : holders)
-            if (node_of_rank(r) == node_of_rank(h) && pick-- == 0) {
-              chosen = r;
-              break;
-            }
+        const auto& holders = pl.ranks[li][e[j]];
+        for (int r : holders)
+          if (r == h) chosen = r;
+        if (chosen < 0) {
+          // Replicas on the home node, round-robin by token index (counted, then picked: no allocation).
+          std::size_t same_node = 0;
+          for (int r : holders) same_node += node_of_rank(r) == node_of_rank(h) ? 1 : 0;
+          if (same_node > 0) {
+            std::size_t pick = batch.token_index[i] % same_node;
+            for (int r : holders)
+              if (node_of_rank(r) == node_of_rank(h) && pick-- == 0) {
+                chosen = r;
+                break;
+              }
+          }
         }
+        if (chosen < 0) chosen = holders[batch.token_index[i] % holders.size()];
       }
-      if (chosen < 0) chosen = holders[batch.token_index[i] % holders.size()];
-      ++expert_tokens[c][static_cast<std::size_t>(chosen * experts + e[j])];
+      ++tokens_c[chosen * experts + e[j]];
       if (std::find(dests.begin(), dests.end(), chosen) == dests.end()) dests.push_back(chosen);
     }
     dest_nodes.clear();
+    long* sends_c = sends[c].data();
     for (int r : dests) {
-      ++sends[c][static_cast<std::size_t>(h * ep + r)];
+      ++sends_c[h * ep + r];
       const int n = node_of_rank(r);
       if (n != node_of_rank(h) && std::find(dest_nodes.begin(), dest_nodes.end(), n) == dest_nodes.end()) {
         dest_nodes.push_back(n);
@@ -289,8 +405,10 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
 
   const int gpus = ep * tp;
   // The layer's input is ready on each home GPU: shared experts start on the compute stream.
-  std::vector<std::uint32_t> attn_done = ready;
-  std::vector<std::uint32_t> shared_done(static_cast<std::size_t>(gpus), 0);
+  auto& attn_done = m.attn_done;
+  attn_done = ready;
+  auto& shared_done = m.shared_done;
+  shared_done.assign(static_cast<std::size_t>(gpus), 0);
   bool have_shared = arch_.num_shared_experts > 0;
   if (have_shared)
     for (int gpu = 0; gpu < gpus; ++gpu) {
@@ -331,11 +449,12 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
     return std::pair<std::uint32_t, std::uint32_t>{start, id};
   };
 
-  std::vector<std::uint32_t> layer_end_deps_flat;
-  std::vector<std::vector<std::uint32_t>> arrivals(static_cast<std::size_t>(gpus));  // combine arrivals per home GPU
+  auto& arrivals = m.arrivals;  // combine arrivals per home GPU
+  reset_lists(arrivals, static_cast<std::size_t>(gpus));
   for (std::size_t c = 0; c < C; ++c) {
     // Dispatch of chunk c: one operation per source GPU.
-    std::vector<std::vector<std::uint32_t>> into(static_cast<std::size_t>(gpus));
+    auto& into = m.into;
+    reset_lists(into, static_cast<std::size_t>(gpus));
     for (int h = 0; h < ep; ++h) {
       for (int t = 0; t < tp; ++t) {
         const int src = gpu_of(h, t);
@@ -345,8 +464,10 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
         if (op_bytes <= 0.0) continue;
         auto [gate, op] = new_op(src, attn_done[static_cast<std::size_t>(src)], Category::kDispatch);
         const bool hier = in_.options.dispatch == DispatchMode::kHierarchical;
-        std::vector<std::uint32_t> gateway_arrival(static_cast<std::size_t>(nodes), 0);
-        std::vector<char> has_gateway(static_cast<std::size_t>(nodes), 0);
+        auto& gateway_arrival = m.gateway_arrival;
+        gateway_arrival.assign(static_cast<std::size_t>(nodes), 0);
+        auto& has_gateway = m.has_gateway;
+        has_gateway.assign(static_cast<std::size_t>(nodes), 0);
         for (int r = 0; r < ep; ++r) {
           const long n = sends[c][static_cast<std::size_t>(h * ep + r)];
           if (r == h || n == 0) continue;
@@ -383,16 +504,19 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
       }
     }
     // Expert compute of chunk c on every GPU of every rank (TP: all-gather before, reduce-scatter after).
-    std::vector<std::uint32_t> compute_done(static_cast<std::size_t>(gpus));
+    auto& compute_done = m.compute_done;
+    compute_done.assign(static_cast<std::size_t>(gpus), 0);
     for (int r = 0; r < ep; ++r) {
-      std::vector<long> per_expert;
+      auto& per_expert = m.per_expert;
+      per_expert.clear();
       long received = 0;
       for (int e = 0; e < experts; ++e) {
         const long n = expert_tokens[c][static_cast<std::size_t>(r * experts + e)];
         if (n > 0) per_expert.push_back(n);
         received += n;
       }
-      std::vector<std::uint32_t> inputs_ready(static_cast<std::size_t>(gpus));
+      auto& inputs_ready = m.inputs_ready;
+      inputs_ready.assign(static_cast<std::size_t>(gpus), 0);
       for (int t = 0; t < tp; ++t) {
         const int gpu = gpu_of(r, t);
         Task gate;
@@ -427,8 +551,10 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
     // for a home GPU in another node go over NVLink to the gateway of this node (the GPU with the home
     // GPU's local index), which sends them, reduced per token, in one inter-node transfer.
     const bool hier = in_.options.dispatch == DispatchMode::kHierarchical;
-    std::vector<std::vector<std::uint32_t>> at_gateway(static_cast<std::size_t>(gpus * nodes));  // [home * nodes + node]
-    std::vector<char> via_gateway(static_cast<std::size_t>(gpus * nodes), 0);
+    auto& at_gateway = m.at_gateway;  // [home * nodes + node]
+    reset_lists(at_gateway, static_cast<std::size_t>(gpus * nodes));
+    auto& via_gateway = m.via_gateway;
+    via_gateway.assign(static_cast<std::size_t>(gpus * nodes), 0);
     for (int r = 0; r < ep; ++r) {
       for (int t = 0; t < tp; ++t) {
         const int src = gpu_of(r, t);
@@ -557,8 +683,6 @@ double Replay::layer_param_bytes(int d) const {
 }
 
 void Replay::build_training_step(StepGraph& g) {
-  g.tasks.clear();
-  g.activities.clear();
   const auto root = g.add(Task{});
   const int gpus = in_.ep * in_.tp;
   const Workload& w = *in_.workload;
@@ -656,8 +780,6 @@ void Replay::build_training_step(StepGraph& g) {
 }
 
 void Replay::build_step(StepGraph& g, const StepBatch* batch) {
-  g.tasks.clear();
-  g.activities.clear();
   const auto root = g.add(Task{});
   const int gpus = in_.ep * in_.tp;
   std::vector<std::uint32_t> ready(static_cast<std::size_t>(gpus), root), last_compute(static_cast<std::size_t>(gpus), root),
@@ -687,8 +809,6 @@ void Replay::build_step(StepGraph& g, const StepBatch* batch) {
 }
 
 void Replay::build_synthetic_step(StepGraph& g) {
-  g.tasks.clear();
-  g.activities.clear();
   const auto root = g.add(Task{});
   const Workload& w = *in_.workload;
   const int n = in_.ep * in_.tp;
@@ -698,6 +818,12 @@ void Replay::build_synthetic_step(StepGraph& g) {
   // A synthetic compute phase counts, for the contention lookup, as a GEMM running at the dtype's peak.
   const auto* table = profile_.gemm_table(arch_.dtype);
   const double flops = w.synthetic_compute * (table && table->peak_flops > 0 ? table->peak_flops : 1e15);
+  // Aggregation (docs/simulator.md, "Aggregated uniform all-to-all"): on a private star every port
+  // carries n-1 equal flows that all start together, so max-min sharing gives each flow B/(n-1) and
+  // all finish at latency + (n-1) part / B. One flow of the source's n-1 parts to the next GPU of a
+  // ring loads every port with one flow of the same bytes and finishes at the same instant.
+  const bool merge = in_.options.merge_uniform_all_to_all && n >= 3 && platform_->private_star(n) &&
+                     in_.options.simgrid_cfg.empty();
   for (int layer = 0; layer < w.synthetic_layers; ++layer) {
     for (int phase = 0; phase < 2; ++phase) {
       for (int gpu = 0; gpu < n; ++gpu)
@@ -705,19 +831,31 @@ void Replay::build_synthetic_step(StepGraph& g) {
                     last_compute, {barrier});
       const auto next = g.add(Task{});
       for (int src = 0; src < n; ++src) {
-        for (int dst = 0; dst < n; ++dst) {
-          if (src == dst || part <= 0.0) continue;
-          Task x;
-          x.kind = TaskKind::kTransfer;
-          x.category = phase == 0 ? Category::kDispatch : Category::kCombine;
-          x.gpu = src;
-          x.dst = dst;
-          x.amount = part;
-          x.op_bytes = w.synthetic_a2a_bytes;
-          x.layer = layer;
-          const auto id = g.add(std::move(x));
-          g.edge(w.synthetic_overlap ? barrier : last_compute[static_cast<std::size_t>(src)], id);
+        Task x;
+        x.kind = TaskKind::kTransfer;
+        x.category = phase == 0 ? Category::kDispatch : Category::kCombine;
+        x.gpu = src;
+        x.op_bytes = w.synthetic_a2a_bytes;
+        x.layer = layer;
+        const auto dep = w.synthetic_overlap ? barrier : last_compute[static_cast<std::size_t>(src)];
+        // A message that rounds to no byte still costs the route's latency alone: not merged.
+        if (merge && std::llround(part) > 0) {
+          x.dst = (src + 1) % n;
+          // The engine carries whole bytes: the sum of the n-1 messages as each would be sent.
+          x.amount = static_cast<double>(n - 1) * static_cast<double>(std::llround(part));
+          x.merged_part = part;
+          const auto id = g.add(x);
+          g.edge(dep, id);
           g.edge(id, next);
+        } else {
+          for (int dst = 0; dst < n; ++dst) {
+            if (src == dst || part <= 0.0) continue;
+            x.dst = dst;
+            x.amount = part;
+            const auto id = g.add(x);
+            g.edge(dep, id);
+            g.edge(id, next);
+          }
         }
         g.edge(last_compute[static_cast<std::size_t>(src)], next);
       }
@@ -734,8 +872,7 @@ void Replay::account_state(int gpu) {
   const double dt = now - tr.state_since;
   if (measuring_ && dt > 0) {
     auto& gr = result_.gpus[static_cast<std::size_t>(gpu)];
-    double p = models::state_power(profile_, tr.state, arch_.dtype, 0.0) * power_factor_;
-    if (in_.options.power_cap > 0) p = std::min(p, in_.options.power_cap);
+    const double p = state_power_[static_cast<int>(tr.state)];
     gr.energy += p * dt;
     gr.peak_power = std::max(gr.peak_power, p);
     if (tr.state == models::GpuState::kCompute || tr.state == models::GpuState::kBoth) gr.compute_busy += dt;
@@ -751,7 +888,18 @@ void Replay::refresh_contention(int gpu) {
   if (!in_.options.contention) return;
   auto& tr = track_[static_cast<std::size_t>(gpu)];
   if (tr.compute && tr.comm_active > 0 && tr.last_comm) {
-    const auto s = models::contention(profile_, tr.last_comm->comm_op, tr.last_comm->op_bytes, tr.compute->flops);
+    const Task& m = *tr.last_comm;
+    if (m.comm_op != tr.cached_op || m.op_bytes != tr.cached_bytes || tr.compute->flops != tr.cached_flops) {
+      const ContentionKey key{m.comm_op, m.op_bytes, tr.compute->flops};
+      auto it = contention_memo_.find(key);
+      if (it == contention_memo_.end())
+        it = contention_memo_.emplace(key, models::contention(profile_, m.comm_op, m.op_bytes, tr.compute->flops)).first;
+      tr.cached = it->second;
+      tr.cached_op = m.comm_op;
+      tr.cached_bytes = m.op_bytes;
+      tr.cached_flops = tr.compute->flops;
+    }
+    const auto s = tr.cached;
     platform_->set_compute_slowdown(gpu, s.compute);
     platform_->set_comm_slowdown(gpu, s.comm);
   } else {
@@ -782,7 +930,7 @@ void Replay::start_task(std::uint32_t id) {
       exec->set_flops_amount(t.amount * kHostSpeed);
       exec->set_data(reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
       exec->start();
-      g.activities.push_back(exec);
+      g.activities.push_back(std::move(exec));
       ++result_.activities;
       return;
     }
@@ -802,12 +950,20 @@ void Replay::start_task(std::uint32_t id) {
           if (a2a_active_[k]++ == 0) a2a_since_[k] = t.start;
         }
       }
-      if (measuring_) result_.traffic[static_cast<std::size_t>(t.gpu)][static_cast<std::size_t>(t.dst)] += t.amount;
+      if (measuring_) {
+        auto& row = result_.traffic[static_cast<std::size_t>(t.gpu)];
+        if (t.merged_part > 0.0) {
+          for (std::size_t d = 0; d < row.size(); ++d)
+            if (d != static_cast<std::size_t>(t.gpu)) row[d] += t.merged_part;
+        } else {
+          row[static_cast<std::size_t>(t.dst)] += t.amount;
+        }
+      }
       sg4::CommPtr comm = sg4::Comm::sendto_init(platform_->host(t.gpu), platform_->host(t.dst));
       comm->set_payload_size(static_cast<std::uint64_t>(std::llround(t.amount)));
       comm->set_data(reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
       comm->start();
-      g.activities.push_back(comm);
+      g.activities.push_back(std::move(comm));
       ++result_.activities;
       return;
     }
@@ -861,7 +1017,7 @@ void Replay::complete(std::uint32_t first) {
                                   {"tid", t.kind == TaskKind::kCompute ? 0 : 1},
                                   {"args", {{"step", step_index_ - 1}}}});
     }
-    for (auto s : t.succ)
+    for (auto s : g.successors(id))
       if (--g.tasks[s].pending == 0) start_task(s);
     if (id == step_end_task_) {
       const double latency = t.end - step_start_;
@@ -898,13 +1054,12 @@ void Replay::complete(std::uint32_t first) {
 void Replay::dump_step(const StepGraph& g) {
   const std::size_t n = g.tasks.size();
   std::vector<std::uint32_t> offset(n + 1, 0);
-  for (const Task& t : g.tasks)
-    for (auto s : t.succ) ++offset[s + 1];
+  for (const auto& e : g.edges) ++offset[e.second + 1];
   for (std::size_t i = 0; i < n; ++i) offset[i + 1] += offset[i];
   std::vector<std::uint64_t> deps(offset[n]);
   std::vector<std::uint32_t> fill(offset.begin(), offset.end() - 1);
   for (std::size_t i = 0; i < n; ++i)
-    for (auto s : g.tasks[i].succ) deps[fill[s]++] = dump_next_id_ + i;
+    for (auto s : g.successors(static_cast<std::uint32_t>(i))) deps[fill[s]++] = dump_next_id_ + i;
   const std::uint64_t base = dump_next_id_;
   dump_->begin_step(step_index_, measuring_, base, n, base + step_end_task_);
   for (std::size_t i = 0; i < n; ++i) {
@@ -924,8 +1079,10 @@ void Replay::dump_step(const StepGraph& g) {
 
 void Replay::start_step() {
   // Activities of the step before the previous one are no longer referenced by the engine.
-  previous_ = std::move(current_);
-  current_ = std::make_unique<StepGraph>();
+  std::swap(previous_, current_);
+  if (!current_) current_ = std::make_unique<StepGraph>();
+  current_->clear();
+  layer_major_of_ = nullptr;  // batches are refilled in place
   for (int gpu = 0; gpu < static_cast<int>(track_.size()); ++gpu) account_state(gpu);
   measuring_ = step_index_ >= in_.options.warmup_steps;
   std::fill(token_time_.begin(), token_time_.end(), 0.0);
@@ -947,6 +1104,7 @@ void Replay::start_step() {
     build_step(*current_, &batch_);
     batch_tokens_ = batch_.size();
   }
+  current_->finalize();
   if (dump_) dump_step(*current_);
   ++step_index_;
   step_start_ = sg4::Engine::get_clock();
@@ -978,6 +1136,11 @@ SimResult Replay::run() {
                            models::clock_speed_factor(profile_, in_.options.clock_limit));
   power_factor_ = models::clock_power_factor(profile_, in_.options.clock_limit);
   dtype_bytes_ = models::dtype_bytes(arch_.dtype);
+  for (const auto st : {models::GpuState::kIdle, models::GpuState::kCompute, models::GpuState::kComm, models::GpuState::kBoth}) {
+    double p = models::state_power(profile_, st, arch_.dtype, 0.0) * power_factor_;
+    if (in_.options.power_cap > 0) p = std::min(p, in_.options.power_cap);
+    state_power_[static_cast<int>(st)] = p;
+  }
   platform_ = std::make_unique<Platform>(cluster_, profile_, 1.0);  // the cap scales task amounts instead
   if (!in_.options.dump_activities.empty()) {
     std::vector<std::string> cfg(args.begin() + 1, args.end());
@@ -1008,6 +1171,13 @@ SimResult Replay::run() {
       layer_moe_.push_back(moe ? 1 : 0);
       if (moe) ++li;
     }
+  }
+  if (in_.placement) {
+    const auto E = static_cast<std::size_t>(arch_.num_experts);
+    single_holder_.assign(in_.placement->ranks.size() * E, -1);
+    for (std::size_t l = 0; l < in_.placement->ranks.size(); ++l)
+      for (std::size_t e = 0; e < E && e < in_.placement->ranks[l].size(); ++e)
+        if (in_.placement->ranks[l][e].size() == 1) single_holder_[l * E + e] = in_.placement->ranks[l][e][0];
   }
   const std::size_t L = layer_ids_.size();
   token_time_.assign(static_cast<std::size_t>(gpus) * L, 0.0);

@@ -35,6 +35,9 @@ struct SimOptions {
   std::vector<std::string> simgrid_cfg;
   std::string label;              // "overlapped", "ideal", ... for reports
   std::string dump_activities;    // write every task to this file for moesim-replay ("" = off)
+  // Run a synthetic uniform all-to-all as one flow per GPU where that is exact (docs/simulator.md,
+  // "Aggregated uniform all-to-all"); false runs every (source, destination) flow (tests compare).
+  bool merge_uniform_all_to_all = true;
 };
 
 struct SimInput {

@@ -110,7 +110,14 @@ Child start_child(const std::function<SimResult()>& fn, std::size_t index) {
   if (pid == 0) {
     nlohmann::json out;
     try {
-      out = {{"ok", to_json(fn())}};
+      // The timeline can be the largest part of a result: moved, not copied, into the message.
+      SimResult r = fn();
+      nlohmann::json timeline = std::move(r.timeline);
+      r.timeline = nlohmann::json::array();
+      nlohmann::json ok = to_json(r);
+      ok["timeline"] = std::move(timeline);
+      out = nlohmann::json::object();
+      out["ok"] = std::move(ok);
     } catch (const common::InputError& e) {
       out = {{"error", {{"class", "input"}, {"message", e.what()}}}};
     } catch (const common::RunError& e) {
@@ -144,7 +151,8 @@ SimResult finish_child(const Child& c, int status) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty())
     throw std::runtime_error("the simulation process died (" +
                              std::string(WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "no result") + ")");
-  const auto j = nlohmann::json::parse(text);
+  auto j = nlohmann::json::parse(text);
+  text = std::string();
   if (j.contains("error")) {
     const auto cls = j["error"]["class"].get<std::string>();
     const auto msg = j["error"]["message"].get<std::string>();
@@ -152,7 +160,12 @@ SimResult finish_child(const Child& c, int status) {
     if (cls == "run") throw common::RunError(msg);
     throw std::runtime_error(msg);
   }
-  return sim_result_from_json(j.at("ok"));
+  auto& ok = j.at("ok");
+  nlohmann::json timeline = std::move(ok.at("timeline"));
+  ok["timeline"] = nlohmann::json::array();
+  SimResult r = sim_result_from_json(ok);
+  r.timeline = std::move(timeline);
+  return r;
 }
 
 }  // namespace

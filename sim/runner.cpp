@@ -441,7 +441,8 @@ nlohmann::json context_block(const Study& study) {
           {"build_type", common::kBuildType},
           {"simgrid_version", std::to_string(SIMGRID_VERSION_MAJOR) + "." + std::to_string(SIMGRID_VERSION_MINOR)},
           {"study", study.name},
-          {"study_sha256", study.sha256}};
+          {"study_sha256", study.sha256},
+          {"description", study.description}};
 }
 
 std::string scenario_yaml(const Scenario& s) {

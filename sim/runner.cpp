@@ -460,6 +460,9 @@ std::string scenario_yaml(const Scenario& s) {
   y << "dispatch: {mode: " << dispatch_mode_name(s.dispatch) << "}\npower_cap: " << (s.power_cap > 0 ? num(s.power_cap) + "W" : "none")
     << "\nclock_limit: " << (s.clock_limit > 0 ? num(s.clock_limit / 1e6) + "MHz" : "none")
     << "\nseed: " << s.seed << "\n";
+  y << "simgrid: [";
+  for (std::size_t i = 0; i < s.simgrid_cfg.size(); ++i) y << (i ? ", " : "") << '"' << s.simgrid_cfg[i] << '"';
+  y << "]\n";
   return y.str();
 }
 

@@ -225,18 +225,22 @@ Workload parse_workload(const YamlNode& node) {
 }
 
 // --cfg settings are "name:value"; a leading "--cfg=" is accepted and dropped.
+// A SimGrid setting as --cfg takes it: "name:value", the name of letters, digits and / _ - .
+bool valid_simgrid_setting(const std::string& s) {
+  const auto colon = s.find(':');
+  return colon != std::string::npos && colon > 0 && colon + 1 < s.size() &&
+         std::all_of(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(colon), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' || c == '_' ||
+                  c == '-' || c == '.';
+         });
+}
+
 std::vector<std::string> parse_simgrid(const YamlNode& node) {
   std::vector<std::string> out;
   for (const YamlNode& item : node.items()) {
     std::string s = item.as_string();
     if (s.starts_with("--cfg=")) s = s.substr(6);
-    const auto colon = s.find(':');
-    const bool name_ok = colon != std::string::npos && colon > 0 &&
-                         std::all_of(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(colon), [](char c) {
-                           return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                                  c == '/' || c == '_' || c == '-' || c == '.';
-                         });
-    if (!name_ok || colon + 1 >= s.size())
+    if (!valid_simgrid_setting(s))
       item.fail_expected("a SimGrid setting \"name:value\" as given to --cfg (e.g. \"network/model:CM02\")");
     out.push_back(s);
   }
@@ -791,6 +795,17 @@ Study load_study(const std::string& path, const std::vector<std::string>& overri
     study.variants.push_back(std::move(v));
   }
   return study;
+}
+
+void add_simgrid_settings(Study& study, const std::vector<std::string>& settings) {
+  for (std::string s : settings) {
+    const std::string given = s;
+    if (s.starts_with("--cfg=")) s = s.substr(6);
+    if (!valid_simgrid_setting(s))
+      throw common::UsageError("--cfg " + given +
+                               ": expected a SimGrid setting \"name:value\" (e.g. --cfg network/model:CM02)");
+    for (auto& v : study.variants) v.scenario.simgrid_cfg.push_back(s);
+  }
 }
 
 }  // namespace moesim::sim

@@ -99,5 +99,8 @@ Scenario parse_scenario(const common::YamlNode& node, const std::string& dir);
 // Loads a study: `overrides` (--set) apply to the study file itself before the variants are built.
 // Every variant is validated here, so a bad sweep value is reported before anything runs.
 Study load_study(const std::string& path, const std::vector<std::string>& overrides = {});
+// Appends SimGrid settings given on the command line (`--cfg name:value`) to every variant, after
+// the study's own `simgrid` list. A malformed setting is a UsageError.
+void add_simgrid_settings(Study& study, const std::vector<std::string>& settings);
 
 }  // namespace moesim::sim

@@ -31,10 +31,13 @@ void prepare_output_dir(const std::string& dir, bool force) {
 int run_command(const Args& args, Context& ctx) {
   po::options_description opts("Options");
   std::string study_path, out_dir, dump_path;
-  std::vector<std::string> sets;
+  std::vector<std::string> sets, cfgs;
   opts.add_options()("study", po::value(&study_path)->required(), "the study file (YAML)")(
       "output,o", po::value(&out_dir), "output folder (required unless --check)")(
       "set", po::value(&sets)->composing(), "override a study key: --set base.workload.steps=20 (repeatable)")(
+      "cfg", po::value(&cfgs)->composing(),
+      "a SimGrid setting for every variant, as SimGrid's --cfg takes it: --cfg network/model:CM02 (repeatable; after "
+      "the study's simgrid list)")(
       "check", po::bool_switch(), "validate the study and every variant, then exit")(
       "force", po::bool_switch(), "write into a non-empty output folder")(
       "quiet,q", po::bool_switch(), "no progress lines")(
@@ -44,14 +47,15 @@ int run_command(const Args& args, Context& ctx) {
   po::positional_options_description pos;
   pos.add("study", 1);
   auto vm = parse_options(args, opts, pos,
-                          "moesim run STUDY.yaml -o DIR [--set key.path=value ...] [--check] [--force]"
+                          "moesim run STUDY.yaml -o DIR [--set key.path=value ...] [--cfg name:value ...] [--check] [--force]"
                           " [--dump-activities FILE]",
                           "Runs every variant of a study in the SimGrid simulator and writes DIR/results.csv,\n"
                           "DIR/results.json and DIR/variants/NAME/ (result.json, timeline.json for Perfetto,\n"
                           "scenario.yaml). See docs/study-format.md.",
                           ctx);
   if (!vm) return common::kExitOk;
-  const sim::Study study = sim::load_study(study_path, sets);
+  sim::Study study = sim::load_study(study_path, sets);
+  sim::add_simgrid_settings(study, cfgs);
   if ((*vm)["check"].as<bool>()) {
     ctx.out << "ok: study " << study.name << " (" << study.source_file << "): " << study.variants.size() << " variants, baseline "
             << study.baseline << "\n";

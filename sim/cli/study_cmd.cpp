@@ -52,10 +52,13 @@ void print_outcome(const sim::StudyOutcome& outcome, const std::string& dir, Con
 int study_command(const Args& args, Context& ctx) {
   po::options_description opts("Options");
   std::string study_path, out_dir, shard_text;
-  std::vector<std::string> sets;
+  std::vector<std::string> sets, cfgs;
   opts.add_options()("study", po::value(&study_path)->required(), "the study file (YAML)")(
       "output,o", po::value(&out_dir), "output folder (required unless --check)")(
       "set", po::value(&sets)->composing(), "override a study key: --set base.workload.steps=20 (repeatable)")(
+      "cfg", po::value(&cfgs)->composing(),
+      "a SimGrid setting for every variant, as SimGrid's --cfg takes it: --cfg network/model:CM02 (repeatable; after "
+      "the study's simgrid list)")(
       "check", po::bool_switch(), "validate the study and every variant (of the shard), then exit")(
       "resume", po::bool_switch(), "continue the study in a non-empty DIR: finished variants are not run again")(
       "force", po::bool_switch(), "write into a non-empty output folder and run every variant again")(
@@ -64,7 +67,7 @@ int study_command(const Args& args, Context& ctx) {
   po::positional_options_description pos;
   pos.add("study", 1);
   auto vm = parse_options(args, opts, pos,
-                          "moesim study STUDY.yaml -o DIR [--set key.path=value ...] [--check] [--resume] [--force]"
+                          "moesim study STUDY.yaml -o DIR [--set key.path=value ...] [--cfg name:value ...] [--check] [--resume] [--force]"
                           " [--shard i/N] [--quiet]\n       moesim study merge DIR... -o OUT [--force]",
                           "Runs a study like moesim run (same output layout), with a progress line, placements solved\n"
                           "once per distinct input into DIR/placements/, --resume after an interruption, and --shard\n"
@@ -74,7 +77,8 @@ int study_command(const Args& args, Context& ctx) {
   if (!vm) return common::kExitOk;
   std::optional<sim::Shard> shard;
   if (vm->count("shard")) shard = sim::parse_shard(shard_text);
-  const sim::Study study = sim::load_study(study_path, sets);
+  sim::Study study = sim::load_study(study_path, sets);
+  sim::add_simgrid_settings(study, cfgs);
   const auto indices = sim::shard_variants(study.variants.size(), shard.value_or(sim::Shard{}));
   if ((*vm)["check"].as<bool>()) {
     ctx.out << "ok: study " << study.name << " (" << study.source_file << "): " << study.variants.size()
@@ -91,6 +95,8 @@ int study_command(const Args& args, Context& ctx) {
   sim::StudyRunOptions options;
   options.out_dir = out_dir;
   options.overrides = sets;
+  // --cfg changes what runs, so it is part of the study's identity for --resume and merge.
+  for (const auto& c : cfgs) options.overrides.push_back("--cfg=" + c);
   options.shard = shard;
   options.resume = (*vm)["resume"].as<bool>();
   options.force = (*vm)["force"].as<bool>();

@@ -484,3 +484,28 @@ TEST_CASE("study: on a terminal the progress is one redrawn line and --quiet sil
   REQUIRE(q.exit_code == 0);
   CHECK(q.out.find("variants") == std::string::npos);
 }
+
+TEST_CASE("study: --cfg passes SimGrid settings to every variant and is part of the study's identity") {
+  TempDir tmp;
+  const auto plain = run_moesim({"study", cache_study(), "-o", (tmp / "plain").string(), "-q"});
+  REQUIRE_MESSAGE(plain.exit_code == 0, plain.err);
+  // Ten times the link latency: every transfer of the all-to-all pays it, so the steps get slower.
+  const auto slow = run_moesim(
+      {"study", cache_study(), "-o", (tmp / "slow").string(), "-q", "--cfg", "network/latency-factor:10"});
+  REQUIRE_MESSAGE(slow.exit_code == 0, slow.err);
+  const auto p50 = [&](const std::string& dir) {
+    const auto j = nlohmann::json::parse(read_text(tmp / dir / "results.json"));
+    return j["variants"][0]["step_latency_s"]["p50"].get<double>();
+  };
+  CHECK(p50("slow") > p50("plain"));
+  CHECK(read_text(tmp / "slow" / "variants" / "sequential" / "scenario.yaml").find("\"network/latency-factor:10\"") !=
+        std::string::npos);
+  // Resuming the folder without the setting would mix two different simulations: refused.
+  const auto resume = run_moesim({"study", cache_study(), "-o", (tmp / "slow").string(), "-q", "--resume"});
+  CHECK(resume.exit_code == 2);
+
+  const auto bad = run_moesim({"study", cache_study(), "-o", (tmp / "bad").string(), "--cfg", "latency-factor"});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--cfg latency-factor: expected a SimGrid setting \"name:value\"") != std::string::npos);
+  CHECK_FALSE(fs::exists(tmp / "bad" / "results.csv"));
+}

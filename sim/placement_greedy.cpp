@@ -398,29 +398,11 @@ std::vector<double> rank_token_cost(const models::Architecture& arch, const mode
 
 Stage2Problem stage2_problem(const RoutingCounts& routing, const std::vector<std::vector<int>>& clusters,
                              const models::Architecture& arch, const models::Cluster& cluster, int ep, int tp) {
-  Stage2Problem p;
-  p.ranks = ep;
-  p.cost = rank_token_cost(arch, cluster, ep, tp);
-  p.node = rank_nodes(cluster, ep, tp);
-  const auto G = static_cast<std::size_t>(ep);
-  const auto E = static_cast<std::size_t>(routing.num_experts);
-  for (const auto& layer : clusters) {
-    std::vector<int> size(G, 0);
-    for (int c : layer) ++size.at(static_cast<std::size_t>(c));
-    p.sizes.push_back(std::move(size));
-  }
-  for (std::size_t l = 0; l + 1 < clusters.size(); ++l) {
-    std::vector<double> t(G * G, 0.0);
-    const auto& next = routing.next[l];
-    for (std::size_t a = 0; a < E; ++a)
-      for (std::size_t b = 0; b < E; ++b) {
-        const double v = next[a * E + b];
-        if (v != 0.0)
-          t[static_cast<std::size_t>(clusters[l][a]) * G + static_cast<std::size_t>(clusters[l + 1][b])] += v;
-      }
-    p.traffic.push_back(std::move(t));
-  }
-  return p;
+  // One cluster per expert is the replicated problem with a single copy of each (the same sums).
+  std::vector<std::vector<std::vector<int>>> holders(clusters.size());
+  for (std::size_t l = 0; l < clusters.size(); ++l)
+    for (int c : clusters[l]) holders[l].push_back({c});
+  return stage2_problem_replicated(routing, holders, arch, cluster, ep, tp);
 }
 
 double placement_traffic_objective(const Placement& placement, const RoutingCounts& routing,

@@ -16,6 +16,7 @@
 #include "models/cluster.hpp"
 #include "sim/placement.hpp"
 #include "tests/support/test_support.hpp"
+#include "tests/unit/placement_test_routing.hpp"
 
 using namespace moesim;
 
@@ -286,22 +287,8 @@ TEST_CASE("policies: registry names, greedy balances, random is seeded") {
 
   const models::Architecture arch = models::load_architecture("mixtral-8x7b");
   const models::Cluster cluster = models::load_cluster("h100-sxm-4gpu");
-  sim::RoutingCounts routing;
-  routing.layers = arch.moe_layers;
-  routing.num_experts = 8;
-  routing.top_k = 2;
-  routing.tokens = 1000;
   Lcg rng(7);
-  for (std::size_t l = 0; l < arch.moe_layers.size(); ++l) {
-    std::vector<double> load(8);
-    for (auto& v : load) v = rng.skewed(500);
-    routing.load.push_back(load);
-    if (l + 1 < arch.moe_layers.size()) {
-      std::vector<double> next(64);
-      for (auto& v : next) v = rng.skewed(50);
-      routing.next.push_back(next);
-    }
-  }
+  const sim::RoutingCounts routing = moesim::testing::skewed_mixtral_routing(arch, rng, 500, 50);
   const sim::PlacementInput input{arch, cluster, 4, 1, &routing, {}};
   const sim::Placement greedy = registry.create("greedy")->place(input);
   const sim::Placement contiguous = registry.create("contiguous")->place(input);

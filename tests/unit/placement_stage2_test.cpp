@@ -14,6 +14,7 @@
 #include "sim/placement.hpp"
 #include "sim/placement_solvers.hpp"
 #include "tests/support/test_support.hpp"
+#include "tests/unit/placement_test_routing.hpp"
 
 using namespace moesim;
 
@@ -273,22 +274,8 @@ TEST_CASE("moetuner_replicated stage 1: copies apart, slots even, bounds below b
 TEST_CASE("moetuner_replicated: a valid placement whose reported traffic is the recomputed one") {
   const models::Architecture arch = models::load_architecture("mixtral-8x7b");
   const models::Cluster cluster = models::load_cluster("h100-sxm-4gpu");
-  sim::RoutingCounts routing;
-  routing.layers = arch.moe_layers;
-  routing.num_experts = 8;
-  routing.top_k = 2;
-  routing.tokens = 1000;
   Rng rng(11);
-  for (std::size_t l = 0; l < arch.moe_layers.size(); ++l) {
-    std::vector<double> load(8);
-    for (auto& v : load) v = rng.skewed(2000);
-    routing.load.push_back(load);
-    if (l + 1 < arch.moe_layers.size()) {
-      std::vector<double> next(64);
-      for (auto& v : next) v = rng.skewed(80);
-      routing.next.push_back(next);
-    }
-  }
+  const sim::RoutingCounts routing = moesim::testing::skewed_mixtral_routing(arch, rng, 2000, 80);
   const sim::PlacementRegistry registry = sim::default_placement_registry();
   sim::PlacementInput input{arch, cluster, 4, 1, &routing, {}};
   input.options.replicas = 4;

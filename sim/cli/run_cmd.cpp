@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "common/files.hpp"
 #include "sim/cli/cli.hpp"
+#include "sim/cli/study_args.hpp"
 #include "sim/runner.hpp"
 #include "sim/study.hpp"
 #include "sim/study_run.hpp"
@@ -30,15 +31,10 @@ void prepare_output_dir(const std::string& dir, bool force) {
 
 int run_command(const Args& args, Context& ctx) {
   po::options_description opts("Options");
-  std::string study_path, out_dir, dump_path;
-  std::vector<std::string> sets, cfgs;
-  opts.add_options()("study", po::value(&study_path)->required(), "the study file (YAML)")(
-      "output,o", po::value(&out_dir), "output folder (required unless --check)")(
-      "set", po::value(&sets)->composing(), "override a study key: --set base.workload.steps=20 (repeatable)")(
-      "cfg", po::value(&cfgs)->composing(),
-      "a SimGrid setting for every variant, as SimGrid's --cfg takes it: --cfg network/model:CM02 (repeatable; after "
-      "the study's simgrid list)")(
-      "check", po::bool_switch(), "validate the study and every variant, then exit")(
+  StudyArgs a;
+  std::string dump_path;
+  add_study_options(opts, a);
+  opts.add_options()("check", po::bool_switch(), "validate the study and every variant, then exit")(
       "force", po::bool_switch(), "write into a non-empty output folder")(
       "quiet,q", po::bool_switch(), "no progress lines")(
       "dump-activities", po::value(&dump_path),
@@ -54,15 +50,14 @@ int run_command(const Args& args, Context& ctx) {
                           "scenario.yaml). See docs/study-format.md.",
                           ctx);
   if (!vm) return common::kExitOk;
-  sim::Study study = sim::load_study(study_path, sets);
-  sim::add_simgrid_settings(study, cfgs);
+  const sim::Study study = load_study_args(a);
   if ((*vm)["check"].as<bool>()) {
     ctx.out << "ok: study " << study.name << " (" << study.source_file << "): " << study.variants.size() << " variants, baseline "
             << study.baseline << "\n";
     for (const auto& v : study.variants) ctx.out << "  " << v.name << "\n";
     return common::kExitOk;
   }
-  if (out_dir.empty()) throw common::UsageError("missing -o DIR (the output folder); see moesim run --help");
+  if (a.out_dir.empty()) throw common::UsageError("missing -o DIR (the output folder); see moesim run --help");
   if (!dump_path.empty()) {
     if (study.variants.size() != 1)
       throw common::UsageError("--dump-activities records one simulation, but study " + study.name + " has " +
@@ -73,7 +68,7 @@ int run_command(const Args& args, Context& ctx) {
                                "--set base.overlap.timelines=requested");
     common::check_can_write(dump_path, (*vm)["force"].as<bool>());
   }
-  prepare_output_dir(out_dir, (*vm)["force"].as<bool>());
+  prepare_output_dir(a.out_dir, (*vm)["force"].as<bool>());
   const bool quiet = (*vm)["quiet"].as<bool>();
   const auto wall0 = std::chrono::steady_clock::now();
   sim::RunOptions run_options;
@@ -96,10 +91,10 @@ int run_command(const Args& args, Context& ctx) {
       {"host", sim::run_host()},
       {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count()},
       {"variant_wall_s", wall}};
-  sim::write_results(out_dir, study, results, run_info);
+  sim::write_results(a.out_dir, study, results, run_info);
   ctx.out << sim::results_table(results, study.baseline);
-  ctx.out << "Results: " << (fs::path(out_dir) / "results.csv").string() << ", " << (fs::path(out_dir) / "results.json").string()
-          << "; per variant: " << (fs::path(out_dir) / "variants").string() << "/NAME/ (timeline.json opens in Perfetto)\n";
+  ctx.out << "Results: " << (fs::path(a.out_dir) / "results.csv").string() << ", " << (fs::path(a.out_dir) / "results.json").string()
+          << "; per variant: " << (fs::path(a.out_dir) / "variants").string() << "/NAME/ (timeline.json opens in Perfetto)\n";
   return common::kExitOk;
 }
 

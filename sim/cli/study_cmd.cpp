@@ -8,6 +8,7 @@
 
 #include "common/error.hpp"
 #include "sim/cli/cli.hpp"
+#include "sim/cli/study_args.hpp"
 #include "sim/report.hpp"
 #include "sim/runner.hpp"
 #include "sim/study.hpp"
@@ -51,15 +52,10 @@ void print_outcome(const sim::StudyOutcome& outcome, const std::string& dir, Con
 
 int study_command(const Args& args, Context& ctx) {
   po::options_description opts("Options");
-  std::string study_path, out_dir, shard_text;
-  std::vector<std::string> sets, cfgs;
-  opts.add_options()("study", po::value(&study_path)->required(), "the study file (YAML)")(
-      "output,o", po::value(&out_dir), "output folder (required unless --check)")(
-      "set", po::value(&sets)->composing(), "override a study key: --set base.workload.steps=20 (repeatable)")(
-      "cfg", po::value(&cfgs)->composing(),
-      "a SimGrid setting for every variant, as SimGrid's --cfg takes it: --cfg network/model:CM02 (repeatable; after "
-      "the study's simgrid list)")(
-      "check", po::bool_switch(), "validate the study and every variant (of the shard), then exit")(
+  StudyArgs a;
+  std::string shard_text;
+  add_study_options(opts, a);
+  opts.add_options()("check", po::bool_switch(), "validate the study and every variant (of the shard), then exit")(
       "resume", po::bool_switch(), "continue the study in a non-empty DIR: finished variants are not run again")(
       "force", po::bool_switch(), "write into a non-empty output folder and run every variant again")(
       "shard", po::value(&shard_text), "run shard i of N (1-based): variants i-1, i-1+N, ... in study order")(
@@ -77,8 +73,7 @@ int study_command(const Args& args, Context& ctx) {
   if (!vm) return common::kExitOk;
   std::optional<sim::Shard> shard;
   if (vm->count("shard")) shard = sim::parse_shard(shard_text);
-  sim::Study study = sim::load_study(study_path, sets);
-  sim::add_simgrid_settings(study, cfgs);
+  const sim::Study study = load_study_args(a);
   const auto indices = sim::shard_variants(study.variants.size(), shard.value_or(sim::Shard{}));
   if ((*vm)["check"].as<bool>()) {
     ctx.out << "ok: study " << study.name << " (" << study.source_file << "): " << study.variants.size()
@@ -88,15 +83,15 @@ int study_command(const Args& args, Context& ctx) {
     for (std::size_t i : indices) ctx.out << "  " << study.variants[i].name << "\n";
     return common::kExitOk;
   }
-  if (out_dir.empty()) throw common::UsageError("missing -o DIR (the output folder); see moesim study --help");
+  if (a.out_dir.empty()) throw common::UsageError("missing -o DIR (the output folder); see moesim study --help");
   if (indices.empty())
     ctx.err << "moesim: warning: shard " << shard->index << "/" << shard->count << " of study " << study.name
             << " has no variants (" << study.variants.size() << " variants in all)\n";
   sim::StudyRunOptions options;
-  options.out_dir = out_dir;
-  options.overrides = sets;
+  options.out_dir = a.out_dir;
+  options.overrides = a.sets;
   // --cfg changes what runs, so it is part of the study's identity for --resume and merge.
-  for (const auto& c : cfgs) options.overrides.push_back("--cfg=" + c);
+  for (const auto& c : a.cfgs) options.overrides.push_back("--cfg=" + c);
   options.shard = shard;
   options.resume = (*vm)["resume"].as<bool>();
   options.force = (*vm)["force"].as<bool>();
@@ -104,7 +99,7 @@ int study_command(const Args& args, Context& ctx) {
   sim::StudyProgress progress(ctx.err, terminal, (*vm)["quiet"].as<bool>(), indices.size(),
                               terminal ? terminal_width() : 100);
   const sim::StudyOutcome outcome = sim::run_study(study, options, progress);
-  print_outcome(outcome, out_dir, ctx);
+  print_outcome(outcome, a.out_dir, ctx);
   return common::kExitOk;
 }
 

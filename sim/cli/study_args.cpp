@@ -1,0 +1,20 @@
+#include "sim/cli/study_args.hpp"
+
+namespace moesim::cli {
+
+void add_study_options(po::options_description& opts, StudyArgs& args) {
+  opts.add_options()("study", po::value(&args.study_path)->required(), "the study file (YAML)")(
+      "output,o", po::value(&args.out_dir), "output folder (required unless --check)")(
+      "set", po::value(&args.sets)->composing(), "override a study key: --set base.workload.steps=20 (repeatable)")(
+      "cfg", po::value(&args.cfgs)->composing(),
+      "a SimGrid setting for every variant, as SimGrid's --cfg takes it: --cfg network/model:CM02 (repeatable; after "
+      "the study's simgrid list)");
+}
+
+sim::Study load_study_args(const StudyArgs& args) {
+  sim::Study study = sim::load_study(args.study_path, args.sets);
+  sim::add_simgrid_settings(study, args.cfgs);
+  return study;
+}
+
+}  // namespace moesim::cli

@@ -1,0 +1,25 @@
+// The options `moesim run` and `moesim study` share: the study file (positional), -o DIR, --set
+// overrides and --cfg SimGrid settings, declared once, and the study they load.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/cli/cli.hpp"
+#include "sim/study.hpp"
+
+namespace moesim::cli {
+
+struct StudyArgs {
+  std::string study_path;
+  std::string out_dir;
+  std::vector<std::string> sets;  // --set key.path=value
+  std::vector<std::string> cfgs;  // --cfg name:value
+};
+
+// Adds study, output,o, set and cfg to `opts`, bound to `args`; the caller makes "study" positional.
+void add_study_options(po::options_description& opts, StudyArgs& args);
+// The study with its --set overrides applied and its --cfg settings appended to every variant.
+sim::Study load_study_args(const StudyArgs& args);
+
+}  // namespace moesim::cli

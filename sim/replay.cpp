@@ -6,6 +6,7 @@
 #include <xbt/log.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -153,6 +154,7 @@ class Replay {
   void start_task(std::uint32_t id);
   void complete(std::uint32_t id);
   void refresh_contention(int gpu);
+  void skip_steps(int n);
   void account_state(int gpu);
   void dump_step(const StepGraph& g);
   int gpu_of(int rank, int t) const { return rank * in_.tp + t; }
@@ -227,7 +229,11 @@ class Replay {
     std::vector<long> home_count, home_seen, home_chunk;
     std::vector<int> rank_node;  // node of each EP rank
     std::vector<std::vector<long>> sends, expert_tokens, node_sends;
-    std::vector<int> dests, dest_nodes;
+    std::vector<int> dests;
+    // Membership marks: rank r is in the current token's dests (node n has had its deduplicated
+    // send) when its stamp equals `tick`; one increment per token instead of a search per expert.
+    std::vector<std::uint32_t> rank_stamp, node_stamp;
+    std::uint32_t tick = 0;
     std::vector<std::uint32_t> attn_done, shared_done, compute_done, inputs_ready, gateway_arrival;
     std::vector<char> has_gateway, via_gateway;
     std::vector<long> per_expert;
@@ -345,10 +351,34 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
   // An expert with a single holder goes there whatever the token's home: one load, no search.
   const int* single = single_holder_.data() + li * static_cast<std::size_t>(experts);
   auto& dests = m.dests;
-  auto& dest_nodes = m.dest_nodes;
   const std::uint16_t* layer_ids = layer_major(batch, L) + li * batch.size() * static_cast<std::size_t>(k);
+  // A replicated expert: the copy on the home rank, else on the home node round-robin by token
+  // index (counted, then picked: no allocation), else round-robin over all copies.
+  auto replica_rank = [&](std::size_t layer, std::uint16_t expert, int h, std::size_t token_index) {
+    const auto& holders = pl.ranks[layer][expert];
+    for (int r : holders)
+      if (r == h) return r;
+    std::size_t same_node = 0;
+    for (int r : holders) same_node += node_of_rank(r) == node_of_rank(h) ? 1 : 0;
+    if (same_node > 0) {
+      std::size_t pick = token_index % same_node;
+      for (int r : holders)
+        if (node_of_rank(r) == node_of_rank(h) && pick-- == 0) return r;
+    }
+    return holders[token_index % holders.size()];
+  };
+  auto& rank_stamp = m.rank_stamp;
+  auto& node_stamp = m.node_stamp;
+  if (rank_stamp.size() != static_cast<std::size_t>(ep)) rank_stamp.assign(static_cast<std::size_t>(ep), 0);
+  if (node_stamp.size() != static_cast<std::size_t>(nodes)) node_stamp.assign(static_cast<std::size_t>(nodes), 0);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const int h = batch.home[i];
+    if (++m.tick == 0) {  // wrapped: clear the marks of 2^32 tokens ago
+      std::fill(rank_stamp.begin(), rank_stamp.end(), 0);
+      std::fill(node_stamp.begin(), node_stamp.end(), 0);
+      m.tick = 1;
+    }
+    const std::uint32_t tick = m.tick;
     // c = position * chunks / count, kept as a running quotient (no division per token).
     std::size_t c = 0;
     if (chunks > 1) {
@@ -358,40 +388,49 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
       while (scaled >= (q + 1) * home_count[hs]) ++q;
       c = static_cast<std::size_t>(q);
     }
-    dests.clear();
     const auto* e = layer_ids + i * static_cast<std::size_t>(k);
     long* tokens_c = expert_tokens[c].data();
+    long* sends_row = sends[c].data() + static_cast<std::size_t>(h) * static_cast<std::size_t>(ep);
+    const int home_node = node_of_rank(h);
+    if (ep <= 64) {
+      // Destination ranks as a bit set: one OR per expert, then one pass over the set bits.
+      std::uint64_t ranks = 0;
+      for (int j = 0; j < k; ++j) {
+        int chosen = single[e[j]];
+        if (chosen < 0) chosen = replica_rank(li, e[j], h, batch.token_index[i]);
+        ++tokens_c[chosen * experts + e[j]];
+        ranks |= std::uint64_t{1} << chosen;
+      }
+      std::uint64_t far_nodes = 0;
+      while (ranks != 0) {
+        const int r = std::countr_zero(ranks);
+        ranks &= ranks - 1;
+        ++sends_row[r];
+        const int n = node_of_rank(r);
+        if (n != home_node) far_nodes |= std::uint64_t{1} << n;
+      }
+      while (far_nodes != 0) {
+        const int n = std::countr_zero(far_nodes);
+        far_nodes &= far_nodes - 1;
+        ++node_sends[c][static_cast<std::size_t>(h * nodes + n)];
+      }
+      continue;
+    }
+    dests.clear();
     for (int j = 0; j < k; ++j) {
       int chosen = single[e[j]];
-      if (chosen < 0) {
-        const auto& holders = pl.ranks[li][e[j]];
-        for (int r : holders)
-          if (r == h) chosen = r;
-        if (chosen < 0) {
-          // Replicas on the home node, round-robin by token index (counted, then picked: no allocation).
-          std::size_t same_node = 0;
-          for (int r : holders) same_node += node_of_rank(r) == node_of_rank(h) ? 1 : 0;
-          if (same_node > 0) {
-            std::size_t pick = batch.token_index[i] % same_node;
-            for (int r : holders)
-              if (node_of_rank(r) == node_of_rank(h) && pick-- == 0) {
-                chosen = r;
-                break;
-              }
-          }
-        }
-        if (chosen < 0) chosen = holders[batch.token_index[i] % holders.size()];
-      }
+      if (chosen < 0) chosen = replica_rank(li, e[j], h, batch.token_index[i]);
       ++tokens_c[chosen * experts + e[j]];
-      if (std::find(dests.begin(), dests.end(), chosen) == dests.end()) dests.push_back(chosen);
+      if (rank_stamp[static_cast<std::size_t>(chosen)] != tick) {
+        rank_stamp[static_cast<std::size_t>(chosen)] = tick;
+        dests.push_back(chosen);
+      }
     }
-    dest_nodes.clear();
-    long* sends_c = sends[c].data();
     for (int r : dests) {
-      ++sends_c[h * ep + r];
+      ++sends_row[r];
       const int n = node_of_rank(r);
-      if (n != node_of_rank(h) && std::find(dest_nodes.begin(), dest_nodes.end(), n) == dest_nodes.end()) {
-        dest_nodes.push_back(n);
+      if (n != home_node && node_stamp[static_cast<std::size_t>(n)] != tick) {
+        node_stamp[static_cast<std::size_t>(n)] = tick;
         ++node_sends[c][static_cast<std::size_t>(h * nodes + n)];
       }
     }
@@ -887,6 +926,9 @@ void Replay::account_state(int gpu) {
 void Replay::refresh_contention(int gpu) {
   if (!in_.options.contention) return;
   auto& tr = track_[static_cast<std::size_t>(gpu)];
+  // A host's speed matters only while an Exec runs on it and a port's bandwidth only while one of
+  // this GPU's transfers crosses it (its private links carry nothing else), so a factor is changed
+  // only where something runs; whatever starts next calls this first and gets the right one.
   if (tr.compute && tr.comm_active > 0 && tr.last_comm) {
     const Task& m = *tr.last_comm;
     if (m.comm_op != tr.cached_op || m.op_bytes != tr.cached_bytes || tr.compute->flops != tr.cached_flops) {
@@ -903,8 +945,8 @@ void Replay::refresh_contention(int gpu) {
     platform_->set_compute_slowdown(gpu, s.compute);
     platform_->set_comm_slowdown(gpu, s.comm);
   } else {
-    platform_->set_compute_slowdown(gpu, 1.0);
-    platform_->set_comm_slowdown(gpu, 1.0);
+    if (tr.compute) platform_->set_compute_slowdown(gpu, 1.0);
+    if (tr.comm_active > 0) platform_->set_comm_slowdown(gpu, 1.0);
   }
 }
 
@@ -1077,6 +1119,21 @@ void Replay::dump_step(const StepGraph& g) {
   dump_next_id_ = base + n;
 }
 
+// Draws the batches of the first `n` steps without simulating them (a later step range).
+void Replay::skip_steps(int n) {
+  for (; step_index_ < n; ++step_index_) {
+    if (in_.workload->mode == WorkloadMode::kSynthetic) continue;
+    if (in_.workload->mode == WorkloadMode::kTraining) {
+      if (!arch_.is_moe()) continue;
+      for (int m = 0; m < in_.workload->micro_batches; ++m)
+        if (!in_.steps->next(batch_)) throw common::RunError("the workload ran out of steps");
+    } else if (!in_.steps->next(batch_)) {
+      throw common::RunError("the workload ran out of steps");
+    }
+  }
+  batch_.clear();
+}
+
 void Replay::start_step() {
   // Activities of the step before the previous one are no longer referenced by the engine.
   std::swap(previous_, current_);
@@ -1187,7 +1244,14 @@ SimResult Replay::run() {
   rank_tokens_step_.assign(L * static_cast<std::size_t>(in_.ep), 0.0);
   rank_token_sums_.assign(L * static_cast<std::size_t>(in_.ep), 0.0);
   layer_sums_.assign(L * 4, 0.0);
-  total_steps_ = in_.options.warmup_steps + in_.options.steps;
+  const int all_steps = in_.options.warmup_steps + in_.options.steps;
+  total_steps_ = in_.options.end_step < 0 ? all_steps : std::min(in_.options.end_step, all_steps);
+  const int first_step = std::clamp(in_.options.first_step, 0, total_steps_);
+  const int measured_steps = total_steps_ - std::max(first_step, in_.options.warmup_steps);
+  if (first_step >= total_steps_ || measured_steps <= 0)
+    throw common::RunError("step range [" + std::to_string(in_.options.first_step) + ", " + std::to_string(total_steps_) +
+                           ") holds no measured step");
+  skip_steps(first_step);
 
   sg4::Activity::on_completion_cb([this](const sg4::Activity& a) {
     auto* data = a.get_data<void>();
@@ -1196,13 +1260,13 @@ SimResult Replay::run() {
   });
   start_step();
   engine.run();
-  if (static_cast<int>(result_.step_latency.size()) != in_.options.steps)
+  if (static_cast<int>(result_.step_latency.size()) != measured_steps)
     throw common::RunError("the simulation ended after " + std::to_string(result_.step_latency.size()) + " of " +
-                           std::to_string(in_.options.steps) + " measured steps (a dependency was never met)");
+                           std::to_string(measured_steps) + " measured steps (a dependency was never met)");
   for (int gpu = 0; gpu < gpus; ++gpu) account_state(gpu);
   if (dump_) dump_->finish(dump_next_id_, result_.activities);
 
-  const double steps = std::max(1, in_.options.steps);
+  const double steps = measured_steps;
   for (std::size_t l = 0; l < L; ++l) {
     LayerResult lr;
     lr.layer = layer_ids_[l];

@@ -31,6 +31,12 @@ struct SimOptions {
   double clock_limit = 0.0;       // Hz, SM clock limit, 0 = none
   int steps = 1;                  // measured steps
   int warmup_steps = 0;           // simulated first, not measured
+  // Simulate only the steps [first_step, end_step) of the warmup + measured sequence (end_step -1:
+  // to the end); the steps before first_step are drawn from the source and not simulated. Steps
+  // meet at a barrier with every GPU idle, so a range starting later is the same simulation shifted
+  // in time (docs/simulator.md, "Steps in parallel").
+  int first_step = 0;
+  int end_step = -1;
   int timeline_steps = 0;         // steps recorded in the Chrome-trace timeline (0 = none)
   std::vector<std::string> simgrid_cfg;
   std::string label;              // "overlapped", "ideal", ... for reports
@@ -89,6 +95,17 @@ struct SimResult {
 };
 
 SimResult simulate(const SimInput& input);
+
+// The step ranges one simulation is split into (each simulated in its own process, in parallel):
+// a fixed function of the step counts, never of the machine, so results are the same everywhere.
+// The first range also holds the warmup steps and the timeline's steps.
+struct StepRange {
+  int first = 0, end = 0;  // [first, end) of the warmup + measured sequence
+};
+std::vector<StepRange> step_ranges(int warmup_steps, int steps);
+// One result from the results of consecutive step ranges, in order: step latencies and the
+// timeline concatenated, totals summed, per-step means weighted by measured steps, peaks maxed.
+SimResult merge_step_ranges(const std::vector<SimResult>& parts);
 // Runs `fn` in a forked child (one SimGrid engine per process) and returns its result; a child that
 // fails reports its error message, rethrown here as the same error class.
 SimResult run_isolated(const std::function<SimResult()>& fn);

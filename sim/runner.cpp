@@ -260,8 +260,8 @@ std::vector<int> choose_auto_chunks(const Scenario& s, const Inputs& in, nlohman
 
 // The simulation of one timeline, to run in a child process (captures by value).
 std::function<SimResult()> timeline_job(const Scenario& s, const Inputs& in, std::vector<int> chunks, bool contention,
-                                        std::string label, std::string dump = {}) {
-  return [&s, &in, chunks = std::move(chunks), contention, label = std::move(label), dump = std::move(dump)]() {
+                                        std::string label, StepRange range, std::string dump = {}) {
+  return [&s, &in, chunks = std::move(chunks), contention, label = std::move(label), range, dump = std::move(dump)]() {
     std::unique_ptr<traces::TraceReader> reader;
     std::unique_ptr<StepSource> source;
     if (needs_trace(s, in.arch)) {
@@ -288,6 +288,8 @@ std::function<SimResult()> timeline_job(const Scenario& s, const Inputs& in, std
     si.options.simgrid_cfg = s.simgrid_cfg;
     si.options.label = label;
     si.options.dump_activities = dump;
+    si.options.first_step = range.first;
+    si.options.end_step = range.end;
     return simulate(si);
   };
 }
@@ -374,10 +376,19 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
     requested_chunks = choose_auto_chunks(s, in, out.auto_decisions);
   }
   out.layer_chunks = requested_chunks;
+  // Every timeline in step ranges, one process each, all run in parallel (docs/simulator.md, "Steps
+  // in parallel"); a run that dumps its activities keeps the requested timeline in one engine.
   std::vector<std::function<SimResult()>> jobs;
   std::vector<std::string> labels;
+  std::vector<std::size_t> first_job;  // per timeline: its first job; its ranges follow
+  const std::vector<StepRange> ranges = step_ranges(s.workload.warmup_steps, s.workload.steps);
   auto add = [&](const std::vector<int>& chunks, bool contention, const std::string& label) {
-    jobs.push_back(timeline_job(s, in, chunks, contention, label, jobs.empty() ? options.dump_activities : ""));
+    first_job.push_back(jobs.size());
+    if (labels.empty() && !options.dump_activities.empty()) {
+      jobs.push_back(timeline_job(s, in, chunks, contention, label, StepRange{0, -1}, options.dump_activities));
+    } else {
+      for (const auto& r : ranges) jobs.push_back(timeline_job(s, in, chunks, contention, label, r));
+    }
     labels.push_back(label);
   };
   add(requested_chunks, req != OverlapPolicy::kIdeal, overlap_policy_name(req));
@@ -387,7 +398,11 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
     if (req != OverlapPolicy::kIdeal) add(many, false, "ideal");
     add(one, false, "ideal-1-chunk");
   }
-  out.timelines = run_isolated_all(jobs, parallel_jobs());
+  const std::vector<SimResult> parts = run_isolated_all(jobs, parallel_jobs());
+  first_job.push_back(jobs.size());
+  for (std::size_t t = 0; t + 1 < first_job.size(); ++t)
+    out.timelines.push_back(merge_step_ranges(std::vector<SimResult>(parts.begin() + static_cast<std::ptrdiff_t>(first_job[t]),
+                                                                     parts.begin() + static_cast<std::ptrdiff_t>(first_job[t + 1]))));
   if (progress)
     for (const auto& l : labels) progress(variant.name + ": " + l);
 

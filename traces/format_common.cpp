@@ -179,8 +179,30 @@ std::optional<TokenChecker::BlockProblem> TokenChecker::check_block(const TokenB
   if (block.weights.size() != (has_weights_ ? n * per : 0))
     return size_problem("weights", block.weights.size(), has_weights_ ? n * per : 0);
   const std::size_t k = static_cast<std::size_t>(shape_.top_k);
+  const std::size_t layers = shape_.layers.size();
+  // Up to 64 experts without gate weights: one bit set per (token, layer) finds an id out of range
+  // or repeated; only a token that fails is checked again, slowly, for the message.
+  const bool fast = !has_weights_ && shape_.num_experts <= 64;
+  const std::uint64_t in_range = shape_.num_experts >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << shape_.num_experts) - 1;
   for (std::size_t t = 0; t < n; ++t) {
-    for (std::size_t l = 0; l < shape_.layers.size(); ++l) {
+    if (fast) {
+      bool clean = true;
+      const std::uint16_t* ids = block.experts.data() + t * per;
+      for (std::size_t l = 0; l < layers && clean; ++l, ids += k) {
+        std::uint64_t seen = 0;
+        for (std::size_t j = 0; j < k; ++j) {
+          const std::uint64_t bit = ids[j] < 64 ? std::uint64_t{1} << ids[j] : 0;
+          clean = clean && (bit & in_range) != 0 && (seen & bit) == 0;
+          seen |= bit;
+        }
+      }
+      if (clean) {
+        std::string p = order_problem(block.sequence[t], block.position[t]);
+        if (!p.empty()) return BlockProblem{t, p};
+        continue;
+      }
+    }
+    for (std::size_t l = 0; l < layers; ++l) {
       const std::size_t off = t * per + l * k;
       std::string p = layer_problem(block.experts.data() + off, has_weights_ ? block.weights.data() + off : nullptr);
       if (!p.empty()) return BlockProblem{t, "layer " + std::to_string(shape_.layers[l]) + ": " + p};

@@ -6,7 +6,7 @@
 # counts (default 8 64 256).
 # Speed = simulated time / CPU time, CPU time = user + sys of the whole run (GNU time, children
 # included): on a shared machine wall time measures the neighbours, CPU time the simulator. Run it
-# with MOESIM_JOBS=1 (set below) and `nice`. Peak memory is the largest resident set of the run (the
+# under `nice`; SIM_BENCH_JOBS=N (below) lets N step ranges run at once. Peak memory is the largest resident set of the run (the
 # simulations run in child processes; GNU time reports the largest of them).
 set -euo pipefail
 build=${1:?usage: bash bench/sim_bench.sh BUILD_DIR [case ...]}
@@ -18,7 +18,10 @@ tracegen=${SIM_BENCH_TRACE_TOOL:-$moesim}
 [ -x /usr/bin/time ] || { echo "needs GNU time: apt-get install time" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export MOESIM_JOBS=1
+# Step ranges run in parallel child processes (docs/simulator.md, "Steps in parallel"): the
+# sim/wall column shows what SIM_BENCH_JOBS processes at once buy (default 1, so that CPU and wall
+# measure the same work); the results are the same whatever the number.
+export MOESIM_JOBS=${SIM_BENCH_JOBS:-1}
 
 study() {  # name architecture cluster trace workload-yaml dispatch
   cat > "$tmp/$1.yaml" <<YAML
@@ -49,12 +52,12 @@ sim = v["step_latency_s"]["mean"] * steps
 cpu = max(float(sys.argv[2]) + float(sys.argv[3]), 0.01)
 wall = float(sys.argv[4])
 print(f"| {sys.argv[6]:<46} | {steps:>5} | {sim*1e3:>12.3f} | {cpu:>8.2f} | {wall:>8.2f} | {sim/cpu:>10.4f} "
-      f"| {cpu/steps:>9.4f} | {int(sys.argv[5])/1024:>8.1f} |")
+      f"| {sim/max(wall, 0.01):>10.4f} | {cpu/steps:>9.4f} | {int(sys.argv[5])/1024:>8.1f} |")
 PY
 }
 
-echo "| case | steps | simulated ms | CPU s | wall s | sim/CPU | CPU s/step | peak MiB |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| case | steps | simulated ms | CPU s | wall s | sim/CPU | sim/wall | CPU s/step | peak MiB |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for c in $cases; do
   case $c in
     mixtral)

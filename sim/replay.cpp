@@ -215,9 +215,14 @@ class Replay {
     if (layer_major_of_ != &batch) {
       const std::size_t n = batch.size(), k = static_cast<std::size_t>(arch_.top_k);
       layer_major_ids_.resize(n * layers * k);
+      // k is a handful of ids: an element loop, not a library copy call per (token, layer).
+      const std::uint16_t* from = batch.experts.data();
+      std::uint16_t* to = layer_major_ids_.data();
       for (std::size_t i = 0; i < n; ++i)
-        for (std::size_t l = 0; l < layers; ++l)
-          std::copy_n(batch.experts.data() + (i * layers + l) * k, k, layer_major_ids_.data() + (l * n + i) * k);
+        for (std::size_t l = 0; l < layers; ++l, from += k) {
+          std::uint16_t* dst = to + (l * n + i) * k;
+          for (std::size_t j = 0; j < k; ++j) dst[j] = from[j];
+        }
       layer_major_of_ = &batch;
     }
     return layer_major_ids_.data();

@@ -857,13 +857,16 @@ Placement MoetunerPolicy::place(const PlacementInput& input) const {
   st1["layers_not_proven"] = open_layers;
   nlohmann::json st2 = s2.report.to_json();
   nlohmann::json open_pairs = nlohmann::json::array();
-  for (std::size_t l = 0; l < s2.pair_objective.size() && !s2.chain_proven; ++l)
+  for (std::size_t l = 0; l < s2.pair_objective.size() && !s2.chain_proven && !s2.node_chain_proven; ++l)
     if (!close_to(s2.pair_objective[l], s2.pair_bound[l])) open_pairs.push_back(p.layers[l]);
   st2["pairs_not_proven"] = open_pairs;  // by the first layer of the pair
   st2["objective_units"] =
       "s: sum over layer pairs of the slowest rank pair's cross-layer transfer time, profiled tokens";
-  st2["proof"] = s2.chain_proven ? "chain program over all layers, memory balance included" : "per-pair bounds";
+  st2["proof"] = s2.chain_proven       ? "chain program over all layers, memory balance included"
+                 : s2.node_chain_bound ? "two-node chain program over all layers, memory rows summed per node"
+                                       : "per-pair bounds";
   st2["chain_program_entries"] = s2.chain_entries;
+  st2["two_node_program_states"] = s2.node_chain_states;
   st2["experts_per_rank_min"] = s2.memory_min;
   st2["experts_per_rank_max"] = s2.memory_max;
   st2["experts_per_rank_target"] = nlohmann::json::array({s2.memory_target_lo, s2.memory_target_hi});
@@ -1123,10 +1126,41 @@ Stage2Result moetuner_stage2(const Stage2Problem& p, const SolverLimits& limits)
   };
   double current = descend(on);
 
+  // Two nodes: the chain program over the node sets bounds the whole stage with the memory rows kept
+  // (summed per node), and its chain, the ranks inside each node balanced, starts a descent.
+  const int lo = out.memory_target_lo, hi = out.memory_target_hi;
+  double node_bound = 0.0;
+  if (combinatorial && L > 1 && !out_of_time(limits, deadline)) {
+    const bool balanced_now = violation(memory_totals(p, on), lo, hi) == 0;
+    const double incumbent = balanced_now ? current : std::numeric_limits<double>::infinity();
+    const TwoNodeChainResult nodes = stage2_two_node_chain(p, lo, hi, incumbent, limits.node_chain_states);
+    out.node_chain_states = nodes.entries;
+    if (nodes.applicable) {
+      limit_hit = limit_hit || !nodes.completed;
+      node_bound = nodes.unconstrained;
+      // Completed without a chain: none is cheaper than the (balanced) incumbent.
+      if (nodes.completed && nodes.feasible) node_bound = nodes.objective;
+      if (nodes.completed && !nodes.feasible && std::isfinite(incumbent)) node_bound = incumbent;
+    }
+    if (nodes.feasible) {
+      std::vector<std::vector<int>> trial = nodes.cluster_on;
+      balance_memory(p, trial, lo, hi);
+      if (violation(memory_totals(p, trial), lo, hi) == 0) {
+        const double value = descend(trial);
+        if (!balanced_now || value < current - 1e-12 * std::max(1e-30, current)) {
+          on = std::move(trial);
+          current = value;
+        }
+      }
+    }
+  }
+
   // Iterated local search (exact layer solves only): swap the clusters of two ranks holding equally
   // many experts in one layer (the balance is kept), descend again, keep the result when it is
   // better. A fixed number of rounds from a fixed seed: the same result on every machine.
-  if (combinatorial && L > 1 && G > 1) {
+  const bool proven_by_nodes =
+      violation(memory_totals(p, on), lo, hi) == 0 && node_bound > 0.0 && close_to(current, node_bound);
+  if (combinatorial && L > 1 && G > 1 && !proven_by_nodes) {
     std::uint64_t state = 0x243f6a8885a308d3ULL;
     auto rnd = [&state](std::size_t n) {
       std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
@@ -1188,6 +1222,13 @@ Stage2Result moetuner_stage2(const Stage2Problem& p, const SolverLimits& limits)
   // The windows see the coupling through shared layers that the per-pair bounds miss.
   if (G > 1 && L > 2)
     out.report.bound = std::min(out.report.objective, std::max(out.report.bound, stage2_chain_window_bound(p)));
+  if (node_bound > out.report.bound) {
+    out.report.bound = std::min(out.report.objective, node_bound);
+    out.node_chain_bound = true;
+    out.node_chain_proven =
+        out.memory_min >= lo && out.memory_max <= hi && close_to(out.report.objective, node_bound);
+    if (out.node_chain_proven) out.report.parts_optimal = out.report.parts;
+  }
   if (chain_proven) {
     // The whole chain is optimal: its objective is the stage's bound, and every pair is part of it.
     out.report.bound = out.report.objective;

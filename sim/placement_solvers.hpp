@@ -43,6 +43,7 @@ struct SolverLimits {
   int sweeps = 6;
   int perturbations = 400;       // stage-2 iterated local search rounds (up to 16 ranks)
   long chain_entries = 8000000;  // stage-2 chain program (<= 5 ranks): entries over all layers, 12 bytes each
+  long node_chain_states = 2000000;  // stage-2 two-node chain program: states over all cutoffs, about 60 bytes each
   double time_limit = 0.0;
 };
 
@@ -114,6 +115,9 @@ struct Stage2Result {
   int memory_target_lo = 0, memory_target_hi = 0;
   bool chain_proven = false;  // the chain program proved the whole stage optimal, memory rows included
   long chain_entries = 0;     // its work (0 when it did not run)
+  // The two-node chain program (stage2_two_node_chain) gave the stage bound; proven: it met the objective.
+  bool node_chain_bound = false, node_chain_proven = false;
+  long node_chain_states = 0;
   StageReport report;
 };
 double stage2_pair_objective(const Stage2Problem& p, std::size_t l, const std::vector<int>& from,
@@ -146,6 +150,22 @@ struct ChainDpResult {
   long entries = 0;
 };
 ChainDpResult stage2_chain_dp(const Stage2Problem& p, int lo, int hi, double incumbent, long entry_limit);
+// Two nodes (up to 16 ranks): the chain over layers of which clusters sit on the first node, with
+// every inter-node link at the cheapest inter-node cost and links inside a node free (a relaxation
+// of the whole stage: no rank pair is cheaper, and the memory rows summed over each node's ranks keep
+// the node's experts over all layers in [ranks x lo, ranks x hi]). unconstrained: its exact optimum
+// without the node totals. With them, a dynamic program over (layer, first node's clusters, its
+// experts so far), pruned with the unconstrained cost to go at cutoffs rising up to `incumbent`;
+// completed and feasible: `objective` is its exact optimum, a valid lower bound on the stage problem,
+// and cluster_on a layout with those node sets (ranks inside each node balanced for memory, not
+// necessarily in [lo, hi]). completed and not feasible: no chain at or below the incumbent.
+struct TwoNodeChainResult {
+  bool applicable = false, completed = false, feasible = false;
+  double unconstrained = 0.0, objective = 0.0;
+  std::vector<std::vector<int>> cluster_on;
+  long entries = 0;  // states of the program with node totals, over all cutoffs tried
+};
+TwoNodeChainResult stage2_two_node_chain(const Stage2Problem& p, int lo, int hi, double incumbent, long entry_limit);
 // One layer's layout given its neighbours, exactly: the layout (cluster_on[g]) minimising
 // max_g left[c*G+g] + max_g right[c*G+g] over c = cluster_on[g], using only allowed[c*G+g] entries
 // (left or right may be null), by threshold matchings (every candidate left value, the least right

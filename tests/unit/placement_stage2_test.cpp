@@ -2,8 +2,10 @@
 // chain program's optimum with the memory balance equals brute force over every layout of every
 // layer; the threshold pair bound equals the pair optimum on one or two uniform nodes and stays
 // below it elsewhere; the exact layer solve equals brute force; the replicated stage-1 bounds stay
-// below the best packing (of the solver's copy counts, and of any counts for the all-counts bound).
+// below the best packing (of the solver's copy counts, and of any counts for the all-counts bound);
+// the two-node chain program equals enumeration of its relaxation and stays below brute force.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -94,6 +96,50 @@ void memory_target(const sim::Stage2Problem& p, int& lo, int& hi) {
   for (const auto& s : p.sizes) experts += std::accumulate(s.begin(), s.end(), 0L);
   lo = static_cast<int>(experts / p.ranks);
   hi = static_cast<int>((experts + p.ranks - 1) / p.ranks);
+}
+
+// The two-node relaxation by enumeration: every choice of the first node's clusters in every layer
+// (as many as the first node has ranks), each pair at the cheapest inter-node cost times its heaviest
+// traffic across the nodes; with `totals`, only choices whose node totals reach the nodes' memory
+// rows summed. Infinity when no choice fits.
+double brute_force_node_chain(const sim::Stage2Problem& p, int lo, int hi, bool totals) {
+  const auto G = static_cast<std::size_t>(p.ranks);
+  const std::size_t L = p.sizes.size();
+  double slow = std::numeric_limits<double>::infinity();
+  for (std::size_t a = 0; a < G; ++a)
+    for (std::size_t b = 0; b < G; ++b)
+      if (p.node[a] != p.node[b]) slow = std::min(slow, p.cost[a * G + b]);
+  const auto n0 = static_cast<int>(std::count(p.node.begin(), p.node.end(), p.node[0]));
+  const int n1 = static_cast<int>(G) - n0;
+  std::vector<unsigned> sets;
+  for (unsigned m = 0; m < (1u << G); ++m)
+    if (std::popcount(m) == n0) sets.push_back(m);
+  long all = 0;
+  for (const auto& s : p.sizes) all += std::accumulate(s.begin(), s.end(), 0L);
+  std::vector<std::size_t> idx(L, 0);
+  double best = std::numeric_limits<double>::infinity();
+  while (true) {
+    long first = 0;
+    double cost = 0.0;
+    for (std::size_t l = 0; l < L; ++l) {
+      for (std::size_t c = 0; c < G; ++c)
+        if ((sets[idx[l]] >> c) & 1u) first += p.sizes[l][c];
+      if (l + 1 == L) break;
+      double worst = 0.0;
+      for (std::size_t a = 0; a < G; ++a)
+        for (std::size_t b = 0; b < G; ++b)
+          if (((sets[idx[l]] >> a) & 1u) != ((sets[idx[l + 1]] >> b) & 1u))
+            worst = std::max(worst, p.traffic[l][a * G + b] * slow);
+      cost += worst;
+    }
+    const bool fits = first >= static_cast<long>(n0) * lo && first <= static_cast<long>(n0) * hi &&
+                      all - first >= static_cast<long>(n1) * lo && all - first <= static_cast<long>(n1) * hi;
+    if (!totals || fits) best = std::min(best, cost);
+    std::size_t l = 0;
+    while (l < L && ++idx[l] == sets.size()) idx[l++] = 0;
+    if (l == L) break;
+  }
+  return best;
 }
 
 }  // namespace
@@ -378,4 +424,116 @@ TEST_CASE("stage 2 window bound: the exact three-layer optimum on one or two uni
       // The chain bound is below the chain optimum (no memory rows: brute force with a loose range).
       CHECK(sim::stage2_chain_window_bound(p) <= brute_force_balanced(p, 0, 1 << 20) * (1 + 1e-12));
     }
+}
+
+TEST_CASE("stage 2 two-node chain program: exact for its relaxation, below brute force with the memory balance") {
+  struct Shape {
+    std::size_t layers;
+    std::vector<int> node;
+    double inter;
+    bool uneven_costs;
+  };
+  const std::vector<Shape> shapes = {{4, {0, 0, 1, 1}, 36.0, false},
+                                     {4, {0, 0, 1, 1}, 5.0, true},
+                                     {4, {0, 1, 1}, 36.0, false},
+                                     {3, {0, 0, 1, 1, 1}, 36.0, false}};
+  int cases = 0, rows_bind = 0, beats_old = 0;
+  for (std::size_t k = 0; k < shapes.size(); ++k)
+    for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+      CAPTURE(k);
+      CAPTURE(seed);
+      Rng rng(seed * 13 + 5 * k);
+      sim::Stage2Problem p = random_problem(rng, shapes[k].layers, shapes[k].node, shapes[k].inter);
+      const std::size_t G = shapes[k].node.size();
+      if (shapes[k].uneven_costs)
+        for (std::size_t a = 0; a < G; ++a)
+          for (std::size_t b = 0; b < G; ++b)
+            if (a != b) p.cost[a * G + b] *= 1.0 + 0.5 * static_cast<double>((a + 2 * b) % 3);
+      int lo = 0, hi = 0;
+      memory_target(p, lo, hi);
+      const double brute = brute_force_balanced(p, lo, hi);
+      if (!std::isfinite(brute)) continue;
+      ++cases;
+      const sim::TwoNodeChainResult r =
+          sim::stage2_two_node_chain(p, lo, hi, std::numeric_limits<double>::infinity(), 1000000);
+      REQUIRE(r.applicable);
+      REQUIRE(r.completed);
+      REQUIRE(r.feasible);
+      // Exact for the relaxation, with and without the node totals, and a valid bound for the stage.
+      CHECK(r.unconstrained == doctest::Approx(brute_force_node_chain(p, lo, hi, false)).epsilon(1e-12));
+      CHECK(r.objective == doctest::Approx(brute_force_node_chain(p, lo, hi, true)).epsilon(1e-12));
+      CHECK(r.objective <= brute * (1 + 1e-12));
+      CHECK(r.unconstrained <= r.objective * (1 + 1e-12));
+      // Its layout: a permutation of the clusters in every layer, no cheaper than the relaxation.
+      REQUIRE(r.cluster_on.size() == p.sizes.size());
+      for (const auto& layer : r.cluster_on) {
+        std::vector<int> sorted = layer;
+        std::sort(sorted.begin(), sorted.end());
+        std::vector<int> want(G);
+        std::iota(want.begin(), want.end(), 0);
+        CHECK(sorted == want);
+      }
+      CHECK(sim::stage2_objective(p, r.cluster_on) >= r.objective * (1 - 1e-12));
+      // Pruned at a feasible incumbent (the optimum) it still completes with the same optimum.
+      const sim::TwoNodeChainResult at = sim::stage2_two_node_chain(p, lo, hi, brute, 1000000);
+      REQUIRE(at.completed);
+      CHECK(at.feasible);
+      if (at.feasible) CHECK(at.objective == doctest::Approx(r.objective).epsilon(1e-12));
+      rows_bind += r.objective > r.unconstrained * (1 + 1e-9) ? 1 : 0;
+      double old_bound = sim::stage2_chain_window_bound(p);
+      double pairs = 0.0;
+      for (std::size_t l = 0; l + 1 < p.sizes.size(); ++l) pairs += sim::stage2_pair_bound(p, l);
+      old_bound = std::max(old_bound, pairs);
+      beats_old += r.objective > old_bound * (1 + 1e-9) ? 1 : 0;
+
+      // The solver: its bound below brute force, its objective above, equal when it says optimal.
+      const sim::Stage2Result s = sim::moetuner_stage2(p, sim::SolverLimits{});
+      CHECK(s.report.bound <= brute * (1 + 1e-12));
+      CHECK(s.report.objective >= brute * (1 - 1e-12));
+      CHECK(s.report.bound >= std::min(s.report.objective, r.objective) * (1 - 1e-12));
+      if (s.report.status == "optimal") CHECK(s.report.objective == doctest::Approx(brute).epsilon(1e-12));
+    }
+  CHECK(cases >= 12);
+  CHECK(rows_bind > 0);   // the node totals change the relaxation's optimum
+  CHECK(beats_old > 0);   // and lift it above every per-pair and three-layer bound
+}
+
+TEST_CASE("stage 2 two-node chain program: six ranks, the solver's bound is the relaxation's optimum") {
+  int proven = 0;
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    CAPTURE(seed);
+    Rng rng(seed + 101);
+    const sim::Stage2Problem p = random_problem(rng, 4, {0, 0, 0, 1, 1, 1}, 36.0);
+    int lo = 0, hi = 0;
+    memory_target(p, lo, hi);
+    const double relaxed = brute_force_node_chain(p, lo, hi, true);
+    if (!std::isfinite(relaxed)) continue;
+    const sim::Stage2Result s = sim::moetuner_stage2(p, sim::SolverLimits{});
+    CHECK(s.report.bound <= s.report.objective * (1 + 1e-12));
+    CHECK(s.report.bound >= std::min(s.report.objective, relaxed) * (1 - 1e-12));
+    if (s.node_chain_bound)
+      CHECK(s.report.bound == doctest::Approx(std::min(s.report.objective, relaxed)).epsilon(1e-12));
+    if (s.node_chain_proven) {
+      ++proven;
+      CHECK(s.report.status == "optimal");
+      CHECK(s.report.objective == doctest::Approx(relaxed).epsilon(1e-12));
+      CHECK(s.memory_min >= lo);
+      CHECK(s.memory_max <= hi);
+    }
+  }
+  CHECK(proven > 0);
+}
+
+TEST_CASE("stage 2 two-node chain program: a state limit too small reports not completed") {
+  Rng rng(9);
+  const sim::Stage2Problem p = random_problem(rng, 4, {0, 0, 1, 1}, 36.0);
+  int lo = 0, hi = 0;
+  memory_target(p, lo, hi);
+  const sim::TwoNodeChainResult r = sim::stage2_two_node_chain(p, lo, hi, std::numeric_limits<double>::infinity(), 1);
+  REQUIRE(r.applicable);
+  CHECK_FALSE(r.completed);
+  CHECK(r.unconstrained == doctest::Approx(brute_force_node_chain(p, lo, hi, false)).epsilon(1e-12));
+  // One node, or more than two: not applicable.
+  CHECK_FALSE(sim::stage2_two_node_chain(random_problem(rng, 3, {0, 0, 0}, 1.0), 0, 100, 1.0, 100).applicable);
+  CHECK_FALSE(sim::stage2_two_node_chain(random_problem(rng, 3, {0, 1, 2}, 4.0), 0, 100, 1.0, 100).applicable);
 }

@@ -1,5 +1,11 @@
 #include "traces/format_binary.hpp"
 
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -57,38 +63,65 @@ std::size_t bytes_per_token(const TraceMeta& meta) {
 
 // Header bytes [0, 20) and the metadata JSON, under one CRC.
 std::uint32_t header_crc(const unsigned char* fixed, const std::string& json) {
-  std::string all(reinterpret_cast<const char*>(fixed), 20);
-  all += json;
-  return common::crc32(all.data(), all.size());
+  return common::crc32(json.data(), json.size(), common::crc32(fixed, 20));
 }
 
+// A span of memory that one read fills; a read takes several, filled in file order.
+struct Piece {
+  void* data;
+  std::size_t size;
+};
+
+// Positioned reads (no seek state) into several buffers at once: a block's fields land in their
+// own vectors with one system call.
 class File {
  public:
   explicit File(const std::string& path) : path_(path) {
-    f_ = std::fopen(path.c_str(), "rb");
-    if (f_ == nullptr) throw common::InputError(path + ": cannot open: " + std::strerror(errno));
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw common::InputError(path + ": cannot open: " + std::strerror(errno));
   }
   File(const File&) = delete;
   File& operator=(const File&) = delete;
-  ~File() { std::fclose(f_); }
+  ~File() { ::close(fd_); }
   void read_at(std::uint64_t offset, void* data, std::size_t size, const char* what) {
-    if (offset != pos_) {
-      if (fseeko(f_, static_cast<off_t>(offset), SEEK_SET) != 0)
-        throw common::InputError(path_ + ": cannot seek to byte offset " + std::to_string(offset));
-      pos_ = offset;
+    read_at(offset, std::array<Piece, 1>{Piece{data, size}}, what);
+  }
+  // Fills the pieces (some may be empty) with the bytes from `offset` on. The last `optional` bytes
+  // may be missing (returns false then); the others are `what`, named in the truncation message.
+  template <std::size_t N>
+  bool read_at(std::uint64_t offset, const std::array<Piece, N>& pieces, const char* what, std::size_t optional = 0) {
+    std::array<iovec, N> iov;
+    std::size_t size = 0;
+    for (std::size_t i = 0; i < N; ++i) {
+      iov[i] = iovec{pieces[i].data, pieces[i].size};
+      size += pieces[i].size;
     }
-    std::size_t got = std::fread(data, 1, size, f_);
-    pos_ += got;
-    if (got != size)
+    std::size_t got = 0, first = 0;
+    while (got < size) {
+      const ssize_t r =
+          ::preadv(fd_, iov.data() + first, static_cast<int>(N - first), static_cast<off_t>(offset + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      // A short read (a signal, a file that shrank): go on after the bytes that did arrive.
+      auto left = static_cast<std::size_t>(r);
+      got += left;
+      while (first < N && left >= iov[first].iov_len) left -= iov[first++].iov_len;
+      if (left > 0) {
+        iov[first].iov_base = static_cast<unsigned char*>(iov[first].iov_base) + left;
+        iov[first].iov_len -= left;
+      }
+    }
+    const std::size_t required = size - optional;
+    if (got < required)
       throw common::InputError(path_ + ": byte offset " + std::to_string(offset) + ": " + what + ": expected " +
-                               std::to_string(size) + " bytes, the file ends after " + std::to_string(got) +
+                               std::to_string(required) + " bytes, the file ends after " + std::to_string(got) +
                                " (truncated?)");
+    return got == size;
   }
 
  private:
   std::string path_;
-  std::FILE* f_ = nullptr;
-  std::uint64_t pos_ = 0;
+  int fd_ = -1;
 };
 
 class BinaryReader final : public TraceReader {
@@ -203,71 +236,88 @@ class BinaryReader final : public TraceReader {
   }
 
   bool load_block() {
-    current_.clear();
     cursor_ = 0;
     if (offset_ == blocks_end_) {
+      current_.clear();
       finish_checks();
       return false;
     }
     const std::uint64_t at = offset_;
-    const std::string block_name = "block " + std::to_string(block_index_);
     if (at + kBlockHeaderBytes > blocks_end_)
-      fail_at(at, block_name + ": " + std::to_string(blocks_end_ - at) +
+      fail_at(at, block_name() + ": " + std::to_string(blocks_end_ - at) +
                       " stray bytes before the trailer, expected a block header (corrupt file)");
     unsigned char h[kBlockHeaderBytes];
-    file_.read_at(at, h, sizeof h, "block header");
-    if (std::memcmp(h, kBlockTag.data(), 4) != 0) fail_at(at, block_name + ": bad block tag (corrupt file)");
+    if (ahead_at_ == at)
+      std::memcpy(h, ahead_.data(), sizeof h);
+    else
+      file_.read_at(at, h, sizeof h, "block header");
+    if (std::memcmp(h, kBlockTag.data(), 4) != 0) fail_at(at, block_name() + ": bad block tag (corrupt file)");
     const std::uint32_t n = get_u32(h + 4);
     const std::uint32_t payload_len = get_u32(h + 8);
     const std::uint32_t stored = get_u32(h + 12);
     const std::uint64_t remaining = trailer_tokens_ - tokens_read_;
     if (n == 0 || n > remaining)
-      fail_at(at + 4, block_name + ": token count " + std::to_string(n) + ", expected 1.." + std::to_string(remaining) +
-                          " (tokens left per the trailer): corrupt block header");
+      fail_at(at + 4, block_name() + ": token count " + std::to_string(n) + ", expected 1.." +
+                          std::to_string(remaining) + " (tokens left per the trailer): corrupt block header");
     const std::uint64_t want = static_cast<std::uint64_t>(n) * token_bytes_;
     if (payload_len != want)
-      fail_at(at + 8, block_name + ": payload length " + std::to_string(payload_len) + ", expected " +
+      fail_at(at + 8, block_name() + ": payload length " + std::to_string(payload_len) + ", expected " +
                           std::to_string(want) + " for " + std::to_string(n) + " tokens: corrupt block header");
-    if (at + kBlockHeaderBytes + payload_len > blocks_end_)
-      fail_at(at, block_name + ": payload of " + std::to_string(payload_len) + " bytes runs past the trailer");
-    payload_.resize(payload_len);
-    file_.read_at(at + kBlockHeaderBytes, payload_.data(), payload_len, "block payload");
-    const std::uint32_t computed = common::crc32(payload_.data(), payload_len);
-    if (computed != stored)
-      fail_at(at, block_name + " (payload bytes " + std::to_string(at + kBlockHeaderBytes) + ".." +
-                      std::to_string(at + kBlockHeaderBytes + payload_len - 1) + "): CRC-32 mismatch (stored " +
-                      hex32(stored) + ", computed " + hex32(computed) + "): the block is corrupt");
-    decode(n, at);
+    const std::uint64_t end = at + kBlockHeaderBytes + payload_len;
+    if (end > blocks_end_)
+      fail_at(at, block_name() + ": payload of " + std::to_string(payload_len) + " bytes runs past the trailer");
+    try {
+      read_payload(n, at, stored, end);
+      widen_and_check(n, at);
+    } catch (...) {
+      current_.clear();  // a block that failed a check is never handed out
+      throw;
+    }
     unsigned char crc_bytes[4];
     put_u32(crc_bytes, stored);
     chain_crc_ = common::crc32(crc_bytes, 4, chain_crc_);
-    offset_ = at + kBlockHeaderBytes + payload_len;
+    offset_ = end;
     ++block_index_;
     tokens_read_ += n;
     return true;
   }
 
-  void decode(std::uint32_t n, std::uint64_t at) {
-    const unsigned char* p = payload_.data();
+  std::string block_name() const { return "block " + std::to_string(block_index_); }
+
+  // The payload's fields go straight into current_ (narrow ids into narrow_), with the next block's
+  // header read ahead in the same call; the CRC runs over the fields in file order. The vectors keep
+  // their size from block to block, so equal blocks cost no reallocation and no zero fill.
+  void read_payload(std::uint32_t n, std::uint64_t at, std::uint32_t stored, std::uint64_t end) {
     const std::size_t ids = static_cast<std::size_t>(n) * per_;
     current_.sequence.resize(n);
     current_.position.resize(n);
-    std::memcpy(current_.sequence.data(), p, n * 4u);
-    p += n * 4u;
-    std::memcpy(current_.position.data(), p, n * 4u);
-    p += n * 4u;
     current_.experts.resize(ids);
-    if (wide_) {
-      std::memcpy(current_.experts.data(), p, ids * 2);
-      p += ids * 2;
-    } else {
+    if (meta_.has_weights) current_.weights.resize(ids);
+    if (!wide_) narrow_.resize(ids);
+    const bool ahead = end + kBlockHeaderBytes <= blocks_end_;
+    const std::array<Piece, 5> pieces = {{
+        {current_.sequence.data(), n * 4u},
+        {current_.position.data(), n * 4u},
+        wide_ ? Piece{current_.experts.data(), ids * 2} : Piece{narrow_.data(), ids},
+        {current_.weights.data(), meta_.has_weights ? ids * 4 : 0},
+        {ahead_.data(), ahead ? kBlockHeaderBytes : 0},
+    }};
+    ahead_at_ = kNoAhead;
+    if (file_.read_at(at + kBlockHeaderBytes, pieces, "block payload", pieces[4].size) && ahead) ahead_at_ = end;
+    std::uint32_t computed = 0;
+    for (std::size_t i = 0; i < 4; ++i) computed = common::crc32(pieces[i].data, pieces[i].size, computed);
+    if (computed != stored)
+      fail_at(at, block_name() + " (payload bytes " + std::to_string(at + kBlockHeaderBytes) + ".." +
+                      std::to_string(end - 1) + "): CRC-32 mismatch (stored " + hex32(stored) + ", computed " +
+                      hex32(computed) + "): the block is corrupt");
+  }
+
+  void widen_and_check(std::uint32_t n, std::uint64_t at) {
+    if (!wide_) {
+      const unsigned char* p = narrow_.data();
       std::uint16_t* out = current_.experts.data();
+      const std::size_t ids = static_cast<std::size_t>(n) * per_;
       for (std::size_t i = 0; i < ids; ++i) out[i] = p[i];
-      p += ids;
-    }
-    if (meta_.has_weights) {
-      current_.weights.resize(ids);
-      std::memcpy(current_.weights.data(), p, ids * 4);
     }
     if (auto problem = checker_->check_block(current_)) {
       const std::size_t t = problem->token;
@@ -317,7 +367,10 @@ class BinaryReader final : public TraceReader {
   std::uint32_t block_index_ = 0;
   std::uint64_t tokens_read_ = 0;
   std::uint32_t chain_crc_ = 0;
-  std::vector<unsigned char> payload_;
+  std::vector<unsigned char> narrow_;  // one byte per expert id, before widening
+  static constexpr std::uint64_t kNoAhead = ~std::uint64_t{0};
+  std::array<unsigned char, kBlockHeaderBytes> ahead_{};
+  std::uint64_t ahead_at_ = kNoAhead;  // the file offset whose block header ahead_ holds
   TokenBlock current_;
   std::size_t cursor_ = 0;
 };

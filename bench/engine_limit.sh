@@ -2,7 +2,7 @@
 # The engine's limit (issue: the simulator): moesim's wall time against SimGrid alone running the same
 # activities. Each case runs `moesim run` (ideal timeline, contention off, so both do the same work)
 # once without and once with --dump-activities, replays the dump with moesim-replay, and prints one row:
-#   bash bench/engine_limit.sh BUILD_DIR [case ...]     cases: dsv2-prefill synthetic-64
+#   bash bench/engine_limit.sh BUILD_DIR [case ...]     cases: dsv2-prefill mixtral-decode synthetic-64
 # moesim wall: the variant's wall time without a dump (run_info.variant_wall_s: reading the trace,
 # placement, building the step graphs, the engine, in a child process). replay wall: moesim-replay's
 # engine_wall_s (platform + run; reading the dump is reported apart). Goal: ratio <= 1.5.
@@ -14,7 +14,7 @@
 set -euo pipefail
 build=${1:?usage: bash bench/engine_limit.sh BUILD_DIR [case ...]}
 shift
-cases=${*:-dsv2-prefill synthetic-64}
+cases=${*:-dsv2-prefill mixtral-decode synthetic-64}
 root=$(cd "$(dirname "$0")/.." && pwd)
 moesim="$build/sim/moesim"
 replay="$build/bench/replay/moesim-replay"
@@ -77,6 +77,11 @@ for c in $cases; do
       "$tracegen" trace generate --architecture deepseek-v2-lite --tokens 200000 --seed 1 -o "$tmp/dsv2.mtr" > /dev/null
       study dsv2 deepseek-v2-lite h100-sxm-8gpu "$tmp/dsv2.mtr" "{mode: prefill, tokens_per_step: 8192, steps: 20}"
       row dsv2 "DeepSeek-V2-Lite EP8, 8192-token prefill x 20"
+      ;;
+    mixtral-decode)
+      "$tracegen" trace generate --architecture mixtral-8x7b --tokens 300000 --seed 1 --zipf 1.0 --affinity 0.5 -o "$tmp/mixtral.mtr" > /dev/null
+      study mixdec mixtral-8x7b h100-sxm-8gpu "$tmp/mixtral.mtr" "{mode: decode, batch_sequences: 64, steps: 100}"
+      row mixdec "Mixtral-8x7B EP8, 64-sequence decode x 100"
       ;;
     synthetic-64)
       study syn64 mixtral-8x7b "$root/bench/configs/switch-64.yaml" "" \

@@ -44,6 +44,7 @@ struct SolverLimits {
   int perturbations = 400;       // stage-2 iterated local search rounds (up to 16 ranks)
   long chain_entries = 8000000;  // stage-2 chain program (<= 5 ranks): entries over all layers, 12 bytes each
   long node_chain_states = 2000000;  // stage-2 two-node chain program: states over all cutoffs, about 60 bytes each
+  int tie_break_sweeps = 20;  // stage-2 tie-break (stage2_tie_break): sweeps over the layers, 0 = off
   double time_limit = 0.0;
 };
 
@@ -118,6 +119,9 @@ struct Stage2Result {
   // The two-node chain program (stage2_two_node_chain) gave the stage bound; proven: it met the objective.
   bool node_chain_bound = false, node_chain_proven = false;
   long node_chain_states = 0;
+  // The tie-break (stage2_tie_break): total transfer seconds before and after it, layers it changed.
+  double volume_before_tie_break = 0.0, volume = 0.0;
+  int tie_break_changes = 0;
   StageReport report;
 };
 double stage2_pair_objective(const Stage2Problem& p, std::size_t l, const std::vector<int>& from,
@@ -172,6 +176,17 @@ TwoNodeChainResult stage2_two_node_chain(const Stage2Problem& p, int lo, int hi,
 // value that still admits a perfect matching). Empty when no allowed layout exists.
 std::vector<int> stage2_layer_exact(std::size_t G, const std::vector<double>* left, const std::vector<double>* right,
                                     const std::vector<char>& allowed);
+// The stage-2 tie-break (docs/placement.md): the total transfer time of the layout, sum over layer
+// pairs and rank pairs g1 != g2 of traffic x cost, the sum to the objective's maximum.
+double stage2_pair_volume(const Stage2Problem& p, std::size_t l, const std::vector<int>& from,
+                          const std::vector<int>& to);
+double stage2_volume(const Stage2Problem& p, const std::vector<std::vector<int>>& cluster_on);
+// Per layer, its neighbours fixed: among the layouts whose slowest transfer from the left layer and
+// to the right one are no larger than now, and whose ranks keep their experts in [lo, hi] (a rank
+// outside it moves no farther out), the one of least stage2_volume (a min-cost assignment), kept
+// when it lowers the volume. Forward and backward sweeps until one changes nothing, at most
+// `sweeps`. No pair objective rises, so stage2_objective never does. Returns the layers changed.
+int stage2_tie_break(const Stage2Problem& p, std::vector<std::vector<int>>& cluster_on, int lo, int hi, int sweeps);
 Stage2Result moetuner_stage2(const Stage2Problem& p, const SolverLimits& limits);
 
 // Building blocks shared by the solver and the evaluation.

@@ -537,3 +537,154 @@ TEST_CASE("stage 2 two-node chain program: a state limit too small reports not c
   CHECK_FALSE(sim::stage2_two_node_chain(random_problem(rng, 3, {0, 0, 0}, 1.0), 0, 100, 1.0, 100).applicable);
   CHECK_FALSE(sim::stage2_two_node_chain(random_problem(rng, 3, {0, 1, 2}, 4.0), 0, 100, 1.0, 100).applicable);
 }
+
+namespace {
+
+// Every layout of every layer with the memory balance: the least objective and, among the layouts
+// at that objective, the least and the largest total transfer (stage2_volume).
+struct LexicographicBrute {
+  double objective = std::numeric_limits<double>::infinity();
+  double least_volume = std::numeric_limits<double>::infinity();
+  double largest_volume = 0.0;
+};
+LexicographicBrute brute_force_lexicographic(const sim::Stage2Problem& p, int lo, int hi) {
+  const auto G = static_cast<std::size_t>(p.ranks);
+  const std::size_t L = p.sizes.size();
+  const auto perms = all_perms(G);
+  std::vector<std::size_t> idx(L, 0);
+  std::vector<std::vector<int>> on(L);
+  std::vector<std::pair<double, double>> seen;  // (objective, volume) of every balanced layout
+  while (true) {
+    std::vector<int> total(G, 0);
+    for (std::size_t l = 0; l < L; ++l) {
+      on[l] = perms[idx[l]];
+      for (std::size_t g = 0; g < G; ++g) total[g] += p.sizes[l][static_cast<std::size_t>(on[l][g])];
+    }
+    if (std::all_of(total.begin(), total.end(), [&](int t) { return t >= lo && t <= hi; }))
+      seen.emplace_back(sim::stage2_objective(p, on), sim::stage2_volume(p, on));
+    std::size_t l = 0;
+    while (l < L && ++idx[l] == perms.size()) idx[l++] = 0;
+    if (l == L) break;
+  }
+  LexicographicBrute b;
+  for (const auto& s : seen) b.objective = std::min(b.objective, s.first);
+  for (const auto& s : seen)
+    if (s.first <= b.objective * (1 + 1e-12)) {
+      b.least_volume = std::min(b.least_volume, s.second);
+      b.largest_volume = std::max(b.largest_volume, s.second);
+    }
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("stage 2 tie-break: among layouts tied on the bottleneck, the one with less transfer (brute force)") {
+  struct Shape {
+    std::size_t layers;
+    std::vector<int> node;
+    double inter;
+  };
+  const std::vector<Shape> shapes = {{3, {0, 0, 1, 1}, 36.0}, {3, {0, 1, 1}, 36.0}, {3, {0, 0, 0, 0}, 1.0}};
+  int cases = 0, ties = 0, lowered = 0, reached = 0, lowered_to_least = 0;
+  for (std::size_t k = 0; k < shapes.size(); ++k)
+    for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+      CAPTURE(k);
+      CAPTURE(seed);
+      Rng rng(seed * 17 + 3 * k);
+      const sim::Stage2Problem p = random_problem(rng, shapes[k].layers, shapes[k].node, shapes[k].inter);
+      int lo = 0, hi = 0;
+      memory_target(p, lo, hi);
+      const LexicographicBrute brute = brute_force_lexicographic(p, lo, hi);
+      if (!std::isfinite(brute.objective)) continue;
+      ++cases;
+      sim::SolverLimits off;
+      off.tie_break_sweeps = 0;
+      const sim::Stage2Result before = sim::moetuner_stage2(p, off);
+      const sim::Stage2Result after = sim::moetuner_stage2(p, sim::SolverLimits{});
+      // The primary objective, its bound and status are untouched (the chain program proves both).
+      CHECK(after.report.status == "optimal");
+      CHECK(after.report.objective == doctest::Approx(brute.objective).epsilon(1e-12));
+      CHECK(after.report.bound == doctest::Approx(before.report.bound).epsilon(1e-12));
+      CHECK(after.memory_min >= lo);
+      CHECK(after.memory_max <= hi);
+      // The reported volumes are the layout's, and never above the layout without the tie-break.
+      CHECK(after.volume == doctest::Approx(sim::stage2_volume(p, after.cluster_on)).epsilon(1e-12));
+      CHECK(after.volume_before_tie_break == doctest::Approx(before.volume).epsilon(1e-12));
+      CHECK(after.volume <= before.volume * (1 + 1e-12));
+      CHECK(after.volume >= brute.least_volume * (1 - 1e-12));
+      ties += brute.largest_volume > brute.least_volume * (1 + 1e-9) ? 1 : 0;
+      const bool at_least = after.volume <= brute.least_volume * (1 + 1e-12);
+      reached += at_least ? 1 : 0;
+      lowered += after.volume < before.volume * (1 - 1e-9) ? 1 : 0;
+      lowered_to_least += at_least && before.volume > brute.least_volume * (1 + 1e-9) ? 1 : 0;
+    }
+  MESSAGE("cases " << cases << ", ties " << ties << ", lowered " << lowered << ", reached the least " << reached
+                   << ", lowered to the least " << lowered_to_least);
+  CHECK(cases >= 12);
+  CHECK(ties >= cases / 2);  // equal bottlenecks with different total transfer are common
+  CHECK(lowered > 0);
+  CHECK(lowered_to_least > 0);  // from a worse tied layout to the brute-force least
+}
+
+TEST_CASE("stage 2 tie-break: no pair rises, memory kept, every layer least volume given its neighbours") {
+  const std::vector<std::vector<int>> shapes = {{0, 0, 0, 1, 1, 1}, {0, 0, 1, 1, 2, 2}, {0, 0, 0, 0, 0, 0}};
+  int changed = 0;
+  for (std::size_t k = 0; k < shapes.size(); ++k)
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      CAPTURE(k);
+      CAPTURE(seed);
+      Rng rng(seed * 7 + 11 * k);
+      const sim::Stage2Problem p = random_problem(rng, 4, shapes[k], k == 2 ? 1.0 : 36.0);
+      const auto G = static_cast<std::size_t>(p.ranks);
+      const std::size_t L = p.sizes.size();
+      int lo = 0, hi = 0;
+      memory_target(p, lo, hi);
+      sim::SolverLimits off;
+      off.tie_break_sweeps = 0;
+      std::vector<std::vector<int>> on = sim::moetuner_stage2(p, off).cluster_on;
+      // A random start too, perhaps outside the memory range: no rank may move farther out.
+      if (seed == 3)
+        for (auto& layer : on)
+          for (std::size_t g = G; g > 1; --g) std::swap(layer[g - 1], layer[rng.next() % g]);
+      auto totals = [&](const std::vector<std::vector<int>>& layout) {
+        std::vector<int> t(G, 0);
+        for (std::size_t l = 0; l < L; ++l)
+          for (std::size_t g = 0; g < G; ++g) t[g] += p.sizes[l][static_cast<std::size_t>(layout[l][g])];
+        return t;
+      };
+      const std::vector<std::vector<int>> start = on;
+      const std::vector<int> start_total = totals(start);
+      changed += sim::stage2_tie_break(p, on, lo, hi, 100);
+      CHECK(sim::stage2_tie_break(p, on, lo, hi, 100) == 0);  // converged
+      for (std::size_t l = 0; l + 1 < L; ++l)
+        CHECK(sim::stage2_pair_objective(p, l, on[l], on[l + 1]) <=
+              sim::stage2_pair_objective(p, l, start[l], start[l + 1]));
+      CHECK(sim::stage2_volume(p, on) <= sim::stage2_volume(p, start) * (1 + 1e-12));
+      const std::vector<int> total = totals(on);
+      for (std::size_t g = 0; g < G; ++g) {
+        CHECK(total[g] >= std::min(lo, start_total[g]));
+        CHECK(total[g] <= std::max(hi, start_total[g]));
+      }
+      // Brute force over every layout of each layer, the rest fixed: none keeps both adjacent pairs
+      // at or below their objectives and every rank in range with less volume.
+      const auto perms = all_perms(G);
+      const double volume = sim::stage2_volume(p, on);
+      for (std::size_t l = 0; l < L; ++l) {
+        const double left = l > 0 ? sim::stage2_pair_objective(p, l - 1, on[l - 1], on[l]) : 0.0;
+        const double right = l + 1 < L ? sim::stage2_pair_objective(p, l, on[l], on[l + 1]) : 0.0;
+        std::vector<std::vector<int>> trial = on;
+        for (const auto& perm : perms) {
+          trial[l] = perm;
+          if (l > 0 && sim::stage2_pair_objective(p, l - 1, trial[l - 1], trial[l]) > left) continue;
+          if (l + 1 < L && sim::stage2_pair_objective(p, l, trial[l], trial[l + 1]) > right) continue;
+          const std::vector<int> t = totals(trial);
+          bool in_range = true;
+          for (std::size_t g = 0; g < G; ++g)
+            in_range = in_range && t[g] >= std::min(lo, total[g]) && t[g] <= std::max(hi, total[g]);
+          if (!in_range) continue;
+          CHECK(sim::stage2_volume(p, trial) >= volume * (1 - 1e-9));
+        }
+      }
+    }
+  CHECK(changed > 0);
+}

@@ -55,8 +55,8 @@ if [[ -n ${CASES:-} ]]; then
 fi
 solve_table="| case | policy | experts x layers | ranks | stage | status | objective | bound | gap | proven parts | solve s |
 | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-eval_table="| case | policy | held-out max/mean | worst layer | sum of layer max | off GPU | off node | traffic objective s |
-| --- | --- | --- | --- | --- | --- | --- | --- |"
+eval_table="| case | policy | held-out max/mean | worst layer | sum of layer max | off GPU | off node | hops off node | traffic objective s |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for c in "${cases[@]}"; do
   read -r name arch cluster tp ep solve_trace eval_trace <<<"$c"
   files=()
@@ -96,7 +96,7 @@ PY
 import json, sys
 name, path, labels = sys.argv[1], sys.argv[2], sys.argv[3:]
 for label, p in zip(labels, json.load(open(path))["placements"]):
-    print(f"| {name} | {label} | {p['mean_max_over_mean']:.3f} | {p['worst_max_over_mean']:.3f} | {p['sum_layer_max_load']:.0f} | {100*p['share_off_gpu']:.1f}% | {100*p['share_off_node']:.1f}% | {p['traffic_objective_s']:.4g} |")
+    print(f"| {name} | {label} | {p['mean_max_over_mean']:.3f} | {p['worst_max_over_mean']:.3f} | {p['sum_layer_max_load']:.0f} | {100*p['share_off_gpu']:.1f}% | {100*p['share_off_node']:.1f}% | {100*p['share_hops_off_node']:.1f}% | {p['traffic_objective_s']:.4g} |")
 PY
 )
 done

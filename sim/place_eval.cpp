@@ -142,6 +142,23 @@ void analyse_trace(const CheckedPlacement& c, const std::string& trace, Placemen
   auto again = traces::open_trace(trace);
   const RoutingCounts counts = count_routing(*again, "");
   e.traffic_objective = placement_traffic_objective(p, counts, c.arch, c.cluster);
+  double hops = 0.0, hops_off = 0.0;
+  const auto E = static_cast<std::size_t>(counts.num_experts);
+  for (std::size_t l = 0; l + 1 < p.ranks.size() && l < counts.next.size(); ++l)
+    for (std::size_t a = 0; a < E; ++a)
+      for (std::size_t b = 0; b < E; ++b) {
+        const double v = counts.next[l][a * E + b];
+        if (v == 0.0) continue;
+        const auto& ha = p.ranks[l][a];
+        const auto& hb = p.ranks[l + 1][b];
+        const double share = v / static_cast<double>(ha.size() * hb.size());
+        for (int ra : ha)
+          for (int rb : hb) {
+            hops += share;
+            if (node[static_cast<std::size_t>(ra)] != node[static_cast<std::size_t>(rb)]) hops_off += share;
+          }
+      }
+  e.share_hops_off_node = hops > 0.0 ? hops_off / hops : 0.0;
 }
 
 void simulate(const CheckedPlacement& c, const std::string& trace, const EvalOptions& options, PlacementEvaluation& e) {
@@ -248,6 +265,7 @@ nlohmann::json PlacementEvaluation::to_json() const {
                       {"share_off_node", share_off_node},
                       {"pair_bytes", pair_bytes},
                       {"traffic_objective_s", traffic_objective},
+                      {"share_hops_off_node", share_hops_off_node},
                       {"experts_per_rank_max", experts_per_rank_max},
                       {"layers", layers_j},
                       {"solver_report", report}};
@@ -277,8 +295,8 @@ std::string evaluation_table(const PlacementEvaluation& e) {
   }
   out << "max/mean load: mean " << fixed(e.mean_max_over_mean, 3) << ", worst " << fixed(e.worst_max_over_mean, 3)
       << "; dispatches leaving the GPU " << fixed(100 * e.share_off_gpu, 1) << "%, leaving the node "
-      << fixed(100 * e.share_off_node, 1) << "%; cross-layer traffic objective " << std::setprecision(4)
-      << e.traffic_objective << " s\n";
+      << fixed(100 * e.share_off_node, 1) << "%; cross-layer hops leaving the node " << fixed(100 * e.share_hops_off_node, 1)
+      << "%; cross-layer traffic objective " << std::setprecision(4) << e.traffic_objective << " s\n";
   if (e.simulated)
     out << "simulated (" << e.study << " study): step p50 " << fixed(e.step_p50 * 1e3, 3) << " ms, p99 "
         << fixed(e.step_p99 * 1e3, 3) << " ms, energy " << fixed(e.energy_per_step, 2) << " J/step\n";
@@ -292,7 +310,7 @@ std::string comparison_table(const std::vector<PlacementEvaluation>& all) {
   std::size_t pw = 16;  // moetuner_replicated is 19 characters
   for (const auto& e : all) w = std::max(w, e.label.size() + 2), pw = std::max(pw, e.policy.size() + 2);
   out << pad("placement", w) << pad("policy", pw) << pad("max/mean", 10) << pad("worst", 8) << pad("off GPU", 9)
-      << pad("off node", 10) << pad("traffic s", 11);
+      << pad("off node", 10) << pad("hops off", 10) << pad("traffic s", 11);
   if (sim) out << pad("tail us", 9) << pad("p50 ms", 9) << pad("p99 ms", 9) << pad("J/step", 8);
   out << "\n";
   for (const auto& e : all) {
@@ -300,14 +318,16 @@ std::string comparison_table(const std::vector<PlacementEvaluation>& all) {
     obj << std::setprecision(4) << e.traffic_objective;
     out << pad(e.label, w) << pad(e.policy, pw) << pad(fixed(e.mean_max_over_mean, 3), 10)
         << pad(fixed(e.worst_max_over_mean, 3), 8) << pad(fixed(100 * e.share_off_gpu, 1) + "%", 9)
-        << pad(fixed(100 * e.share_off_node, 1) + "%", 10) << pad(obj.str(), 11);
+        << pad(fixed(100 * e.share_off_node, 1) + "%", 10) << pad(fixed(100 * e.share_hops_off_node, 1) + "%", 10)
+        << pad(obj.str(), 11);
     if (e.simulated)
       out << pad(fixed(mean_of(e.layer_token_tail) * 1e6, 1), 9) << pad(fixed(e.step_p50 * 1e3, 3), 9)
           << pad(fixed(e.step_p99 * 1e3, 3), 9) << pad(fixed(e.energy_per_step, 2), 8);
     out << "\n";
   }
   out << "max/mean: busiest rank's load over the mean, averaged over layers (worst: the worst layer); off GPU/node:\n"
-         "share of token dispatches leaving the home rank / node; traffic: the stage-2 objective on the held-out trace";
+         "share of token dispatches leaving the home rank / node; hops off: share of cross-layer hops (a token's\n"
+         "layer-l expert to its layer-(l+1) expert) between nodes; traffic: the stage-2 objective on the held-out trace";
   if (sim) out << ";\ntail: per-layer token-processing tail, mean over layers (simulated)";
   out << "\n";
   return out.str();

@@ -50,6 +50,9 @@ struct PlacementEvaluation {
   double share_off_gpu = 0.0, share_off_node = 0.0;
   std::vector<std::vector<double>> pair_bytes;  // [home rank][expert rank], dispatch bytes over all layers
   double traffic_objective = 0.0;               // the stage-2 objective (s) on the held-out counts
+  // Of a token's hops from its layer-l experts to its layer-(l+1) experts (MoETuner's cross-layer
+  // traffic, the R counts split over copies), the share whose two ranks are on different nodes.
+  double share_hops_off_node = 0.0;
   int experts_per_rank_max = 0;                 // over all layers
   bool simulated = false;
   std::string study;

@@ -3,6 +3,7 @@
 // placement file, exports, and bad placement files for evaluation and export.
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <numeric>
 
 #include "common/error.hpp"
@@ -83,6 +84,7 @@ TEST_CASE("held-out DeepSeek-V2-Lite: moetuner and eplb lower the per-layer max 
   // Every dispatch counted once per (token, layer, destination); shares are shares.
   for (const auto& [name, e] : eval) {
     CHECK(e.share_off_node == 0.0);  // one node
+    CHECK(e.share_hops_off_node == 0.0);
     CHECK(e.share_off_gpu > 0.0);
     CHECK(e.share_off_gpu < 1.0);
     double mean_sum = 0.0;
@@ -116,6 +118,47 @@ TEST_CASE("moetuner: the stage-2 objective in the file equals the one recomputed
   CHECK(lo == 64 * 26 / 8);
   CHECK(hi == 64 * 26 / 8);
   CHECK(p.report["stage2"]["pairs_not_proven"].is_array());
+}
+
+TEST_CASE("held-out cross-layer hops between nodes: counted token by token from the trace") {
+  testing::TempDir dir;
+  const Split split = split_shipped(dir);
+  const sim::RoutingCounts profile = counts_of(split.profile);
+  const auto arch = models::load_architecture("deepseek-v2-lite");
+  const auto cluster = models::load_cluster("h200-2x8-800g");  // 8 EP ranks of 2 GPUs, 4 per node
+  const std::vector<int> node = sim::rank_nodes(cluster, 8, 2);
+  sim::EvalOptions no_sim;
+  no_sim.simulate = false;
+  std::map<std::string, double> share;
+  for (const std::string policy : {"contiguous", "moetuner"}) {
+    const std::string file = solve(policy, arch, cluster, 8, profile, dir / (policy + "-2x4.yaml"), 0, 2);
+    const sim::Placement p = sim::load_placement(file);
+    const sim::PlacementEvaluation e = sim::evaluate_placement(sim::load_checked_placement(file), split.heldout, no_sim);
+    // Every (layer l expert, layer l+1 expert) pair of every token; no replicas, so one rank each.
+    std::vector<int> rank_of(26 * 64, -1);
+    for (std::size_t l = 0; l < 26; ++l)
+      for (int r = 0; r < 8; ++r)
+        for (int x : p.experts_on(l, r)) rank_of[l * 64 + static_cast<std::size_t>(x)] = r;
+    double pairs = 0, off = 0;
+    auto reader = traces::open_trace(split.heldout);
+    traces::TokenBlock block;
+    while (reader->next(block, 4096))
+      for (std::size_t t = 0; t < block.size(); ++t)
+        for (std::size_t l = 0; l + 1 < 26; ++l)
+          for (std::size_t a = 0; a < 6; ++a)
+            for (std::size_t b = 0; b < 6; ++b) {
+              const int ra = rank_of[l * 64 + block.experts[(t * 26 + l) * 6 + a]];
+              const int rb = rank_of[(l + 1) * 64 + block.experts[(t * 26 + l + 1) * 6 + b]];
+              pairs += 1;
+              off += node[static_cast<std::size_t>(ra)] != node[static_cast<std::size_t>(rb)] ? 1 : 0;
+            }
+    INFO(policy);
+    CHECK(e.share_hops_off_node == doctest::Approx(off / pairs).epsilon(1e-12));
+    share[policy] = e.share_hops_off_node;
+  }
+  // Contiguous keeps experts 0..31 on the first node in every layer; MoETuner's stage 2 co-locates
+  // the heavy cross-layer pairs, so fewer hops cross.
+  CHECK(share["moetuner"] < share["contiguous"]);
 }
 
 TEST_CASE("export: vllm / sglang maps and megatron lists") {

@@ -2,10 +2,15 @@
 // number is chosen so the expected result can be computed by hand.
 #pragma once
 
+#include <functional>
+#include <memory>
+
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
 #include "models/profile.hpp"
 #include "sim/placement.hpp"
+#include "sim/replay.hpp"
+#include "sim/workload.hpp"
 #include "traces/memory_trace.hpp"
 
 namespace moesim::testing {
@@ -116,6 +121,44 @@ traces::MemoryTrace toy_trace(const models::Architecture& a, int sequences, int 
   m.meta.token_count = m.tokens.size();
   m.meta.sequence_count = static_cast<std::uint64_t>(sequences);
   return m;
+}
+
+// What one simulation of a test reads.
+struct SimCase {
+  const models::Architecture* arch = nullptr;
+  const models::Cluster* cluster = nullptr;
+  const models::Profile* profile = nullptr;
+  const sim::Placement* placement = nullptr;
+  const sim::Workload* workload = nullptr;
+  int ep = 1;
+  sim::SimOptions options;
+  // Opens the routing trace in the child; empty for workloads without one.
+  std::function<std::unique_ptr<traces::TraceReader>()> open_trace;
+};
+
+// Simulates `c` in a forked child (one SimGrid engine per process), with the step source its
+// workload mode reads: decode, else prefill (also the micro-batches of MoE training).
+inline sim::SimResult simulate_case(const SimCase& c) {
+  return sim::run_isolated([&] {
+    std::unique_ptr<traces::TraceReader> reader;
+    if (c.open_trace) reader = c.open_trace();
+    std::unique_ptr<sim::StepSource> source;
+    if (reader && c.workload->mode == sim::WorkloadMode::kDecode)
+      source = sim::make_decode_source(*reader, c.ep, c.workload->batch_sequences);
+    else if (reader)
+      source = sim::make_prefill_source(*reader, c.ep, c.workload->tokens_per_step);
+    sim::SimInput in;
+    in.arch = c.arch;
+    in.cluster = c.cluster;
+    in.profile = c.profile;
+    in.placement = c.placement;
+    in.ep = c.ep;
+    in.tp = 1;
+    in.workload = c.workload;
+    in.steps = source.get();
+    in.options = c.options;
+    return sim::simulate(in);
+  });
 }
 
 }  // namespace moesim::testing

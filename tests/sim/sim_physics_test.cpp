@@ -31,26 +31,9 @@ struct Case {
 };
 
 sim::SimResult run(const Case& c) {
-  return sim::run_isolated([&] {
-    std::unique_ptr<traces::TraceReader> reader;
-    if (c.trace.tokens.size() > 0) reader = traces::read_memory_trace(c.trace);
-    std::unique_ptr<sim::StepSource> source;
-    if (c.workload.mode == sim::WorkloadMode::kDecode)
-      source = sim::make_decode_source(*reader, c.ep, c.workload.batch_sequences);
-    else if (c.workload.mode == sim::WorkloadMode::kPrefill)
-      source = sim::make_prefill_source(*reader, c.ep, c.workload.tokens_per_step);
-    sim::SimInput in;
-    in.arch = &c.arch;
-    in.cluster = &c.cluster;
-    in.profile = &c.profile;
-    in.placement = &c.placement;
-    in.ep = c.ep;
-    in.tp = 1;
-    in.workload = &c.workload;
-    in.steps = source.get();
-    in.options = c.options;
-    return sim::simulate(in);
-  });
+  moesim::testing::SimCase sc{&c.arch, &c.cluster, &c.profile, &c.placement, &c.workload, c.ep, c.options, {}};
+  if (c.trace.tokens.size() > 0) sc.open_trace = [&] { return traces::read_memory_trace(c.trace); };
+  return moesim::testing::simulate_case(sc);
 }
 
 // Attention of a decode step over `contexts`, for the expected-time sums below.

@@ -33,29 +33,12 @@ struct Setup {
 };
 
 sim::SimResult run(const Setup& c, int first, int end) {
-  return sim::run_isolated([&] {
-    std::unique_ptr<traces::TraceReader> reader;
-    if (!c.trace.empty()) reader = traces::open_trace(c.trace);
-    if (c.memory.tokens.size() > 0) reader = traces::read_memory_trace(c.memory);
-    std::unique_ptr<sim::StepSource> source;
-    if (c.workload.mode == sim::WorkloadMode::kDecode)
-      source = sim::make_decode_source(*reader, c.ep, c.workload.batch_sequences);
-    else if (reader)
-      source = sim::make_prefill_source(*reader, c.ep, c.workload.tokens_per_step);
-    sim::SimInput in;
-    in.arch = &c.arch;
-    in.cluster = &c.cluster;
-    in.profile = &c.profile;
-    in.placement = &c.placement;
-    in.ep = c.ep;
-    in.tp = 1;
-    in.workload = &c.workload;
-    in.steps = source.get();
-    in.options = c.options;
-    in.options.first_step = first;
-    in.options.end_step = end;
-    return sim::simulate(in);
-  });
+  moesim::testing::SimCase sc{&c.arch, &c.cluster, &c.profile, &c.placement, &c.workload, c.ep, c.options, {}};
+  sc.options.first_step = first;
+  sc.options.end_step = end;
+  if (!c.trace.empty()) sc.open_trace = [&] { return traces::open_trace(c.trace); };
+  if (c.memory.tokens.size() > 0) sc.open_trace = [&] { return traces::read_memory_trace(c.memory); };
+  return moesim::testing::simulate_case(sc);
 }
 
 void close(double got, double want, const std::string& what) {

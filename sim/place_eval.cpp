@@ -143,21 +143,13 @@ void analyse_trace(const CheckedPlacement& c, const std::string& trace, Placemen
   const RoutingCounts counts = count_routing(*again, "");
   e.traffic_objective = placement_traffic_objective(p, counts, c.arch, c.cluster);
   double hops = 0.0, hops_off = 0.0;
-  const auto E = static_cast<std::size_t>(counts.num_experts);
-  for (std::size_t l = 0; l + 1 < p.ranks.size() && l < counts.next.size(); ++l)
-    for (std::size_t a = 0; a < E; ++a)
-      for (std::size_t b = 0; b < E; ++b) {
-        const double v = counts.next[l][a * E + b];
-        if (v == 0.0) continue;
-        const auto& ha = p.ranks[l][a];
-        const auto& hb = p.ranks[l + 1][b];
-        const double share = v / static_cast<double>(ha.size() * hb.size());
-        for (int ra : ha)
-          for (int rb : hb) {
-            hops += share;
-            if (node[static_cast<std::size_t>(ra)] != node[static_cast<std::size_t>(rb)]) hops_off += share;
-          }
-      }
+  for (std::size_t l = 0; l + 1 < p.ranks.size() && l < counts.next.size(); ++l) {
+    const std::vector<double> ranks = cross_layer_rank_traffic(p, counts, l);
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      hops += ranks[i];
+      if (node[i / G] != node[i % G]) hops_off += ranks[i];
+    }
+  }
   e.share_hops_off_node = hops > 0.0 ? hops_off / hops : 0.0;
 }
 

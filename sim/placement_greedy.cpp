@@ -405,26 +405,31 @@ Stage2Problem stage2_problem(const RoutingCounts& routing, const std::vector<std
   return stage2_problem_replicated(routing, holders, arch, cluster, ep, tp);
 }
 
-double placement_traffic_objective(const Placement& placement, const RoutingCounts& routing,
-                                   const models::Architecture& arch, const models::Cluster& cluster) {
+std::vector<double> cross_layer_rank_traffic(const Placement& placement, const RoutingCounts& routing, std::size_t l) {
   const auto G = static_cast<std::size_t>(placement.ep);
   const auto E = static_cast<std::size_t>(routing.num_experts);
+  std::vector<double> ranks(G * G, 0.0);
+  for (std::size_t a = 0; a < E; ++a)
+    for (std::size_t b = 0; b < E; ++b) {
+      const double v = routing.next[l][a * E + b];
+      if (v == 0.0) continue;
+      const auto& ha = placement.ranks[l][a];
+      const auto& hb = placement.ranks[l + 1][b];
+      const double share = v / static_cast<double>(ha.size() * hb.size());
+      for (int ra : ha)
+        for (int rb : hb) ranks[static_cast<std::size_t>(ra) * G + static_cast<std::size_t>(rb)] += share;
+    }
+  return ranks;
+}
+
+double placement_traffic_objective(const Placement& placement, const RoutingCounts& routing,
+                                   const models::Architecture& arch, const models::Cluster& cluster) {
   const std::vector<double> cost = rank_token_cost(arch, cluster, placement.ep, placement.tp);
   double total = 0.0;
   for (std::size_t l = 0; l + 1 < placement.ranks.size() && l < routing.next.size(); ++l) {
-    std::vector<double> ranks(G * G, 0.0);
-    for (std::size_t a = 0; a < E; ++a)
-      for (std::size_t b = 0; b < E; ++b) {
-        const double v = routing.next[l][a * E + b];
-        if (v == 0.0) continue;
-        const auto& ha = placement.ranks[l][a];
-        const auto& hb = placement.ranks[l + 1][b];
-        const double share = v / static_cast<double>(ha.size() * hb.size());
-        for (int ra : ha)
-          for (int rb : hb) ranks[static_cast<std::size_t>(ra) * G + static_cast<std::size_t>(rb)] += share;
-      }
+    const std::vector<double> ranks = cross_layer_rank_traffic(placement, routing, l);
     double worst = 0.0;
-    for (std::size_t i = 0; i < G * G; ++i) worst = std::max(worst, ranks[i] * cost[i]);
+    for (std::size_t i = 0; i < ranks.size(); ++i) worst = std::max(worst, ranks[i] * cost[i]);
     total += worst;
   }
   return total;

@@ -201,6 +201,9 @@ Stage2Problem stage2_problem_replicated(const RoutingCounts& routing,
                                         const std::vector<std::vector<std::vector<int>>>& clusters,
                                         const models::Architecture& arch, const models::Cluster& cluster, int ep,
                                         int tp);
+// Cross-layer traffic between layers l and l+1 by rank pair, [from rank * EP + to rank]: the R
+// counts with a replicated expert's share split evenly over its copies.
+std::vector<double> cross_layer_rank_traffic(const Placement& placement, const RoutingCounts& routing, std::size_t l);
 // The stage-2 objective recomputed from a placement (a replicated expert's traffic split evenly over
 // its copies) and routing counts: sum over layer pairs of the slowest rank pair's seconds.
 double placement_traffic_objective(const Placement& placement, const RoutingCounts& routing,

@@ -372,18 +372,13 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
     }
     return holders[token_index % holders.size()];
   };
+  // Beyond 64 ranks (no 64-bit set): membership marks.
   auto& rank_stamp = m.rank_stamp;
   auto& node_stamp = m.node_stamp;
   if (rank_stamp.size() != static_cast<std::size_t>(ep)) rank_stamp.assign(static_cast<std::size_t>(ep), 0);
   if (node_stamp.size() != static_cast<std::size_t>(nodes)) node_stamp.assign(static_cast<std::size_t>(nodes), 0);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const int h = batch.home[i];
-    if (++m.tick == 0) {  // wrapped: clear the marks of 2^32 tokens ago
-      std::fill(rank_stamp.begin(), rank_stamp.end(), 0);
-      std::fill(node_stamp.begin(), node_stamp.end(), 0);
-      m.tick = 1;
-    }
-    const std::uint32_t tick = m.tick;
     // c = position * chunks / count, kept as a running quotient (no division per token).
     std::size_t c = 0;
     if (chunks > 1) {
@@ -421,6 +416,12 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
       }
       continue;
     }
+    if (++m.tick == 0) {  // wrapped: clear the marks of 2^32 tokens ago
+      std::fill(rank_stamp.begin(), rank_stamp.end(), 0);
+      std::fill(node_stamp.begin(), node_stamp.end(), 0);
+      m.tick = 1;
+    }
+    const std::uint32_t tick = m.tick;
     dests.clear();
     for (int j = 0; j < k; ++j) {
       int chosen = single[e[j]];

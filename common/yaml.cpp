@@ -3,6 +3,7 @@
 #include <yaml-cpp/eventhandler.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -71,6 +72,7 @@ void check_text(std::string_view text, const std::string& name) {
 
 // One pass over the parser's events before the tree is built: nesting depth, anchors, aliases,
 // duplicate and non-scalar keys. Cheap and linear, so a hostile file cannot make us walk 10^9 nodes.
+// Skipped where it cannot object (strict_pass_could_object, plain_tree below).
 class StrictScanner : public YAML::EventHandler {
  public:
   explicit StrictScanner(const std::string& name) : name_(name) {}
@@ -140,6 +142,45 @@ class StrictScanner : public YAML::EventHandler {
   const std::string& name_;
   std::vector<Frame> frames_;
 };
+
+// The strict pass (StrictScanner) can only object to a document in which a character starts an
+// anchor or alias, a line starts with a document marker, or the tree (built from the same parser
+// events) holds a null or collection key, a repeated key or deep nesting. Where none of that can be
+// the case the pass would accept the file: the tree is kept and the pass skipped. Where it could, the
+// pass runs first as always, so every error is reported exactly as the pass reports it.
+bool strict_pass_could_object(std::string_view text) {
+  // An anchor (&) or alias (*) starts a node, so it never directly follows a letter, digit, '_', '.'
+  // or '/': there it is inside a scalar ("summary_*.csv").
+  for (std::size_t i = text.find_first_of("&*"); i != std::string_view::npos; i = text.find_first_of("&*", i + 1)) {
+    if (i == 0) return true;
+    const auto p = static_cast<unsigned char>(text[i - 1]);
+    if (!(std::isalnum(p) || p == '_' || p == '.' || p == '/')) return true;
+  }
+  for (std::size_t line = 0; line < text.size();) {
+    const std::string_view head = text.substr(line, 3);
+    if (head == "---" || head == "...") return true;
+    line = text.find_first_of("\n\r", line);
+    if (line == std::string_view::npos) break;
+    ++line;
+  }
+  return false;
+}
+
+bool plain_tree(const YAML::Node& node, int depth) {
+  if (!node.IsMap() && !node.IsSequence()) return true;
+  if (depth + 1 >= kMaxYamlDepth) return false;  // one level early: the pass decides at the limit
+  if (node.IsSequence()) {
+    for (const auto& item : node)
+      if (!plain_tree(item, depth + 1)) return false;
+    return true;
+  }
+  std::set<std::string_view> keys;
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar() || !keys.insert(kv.first.Scalar()).second) return false;
+    if (!plain_tree(kv.second, depth + 1)) return false;
+  }
+  return true;
+}
 
 std::string node_kind(const YAML::Node& n) {
   if (!n.IsDefined() || n.IsNull()) return "nothing";
@@ -345,7 +386,17 @@ YamlDocument YamlDocument::load_string(std::string_view text, const std::string&
     text.remove_prefix(3);  // UTF-8 byte-order mark
   check_text(text, name);
   const std::string content(text);
-  {
+  YamlDocument doc;
+  bool parsed = false;
+  if (!strict_pass_could_object(text)) {
+    try {
+      doc.root_ = YAML::Load(content);
+      parsed = plain_tree(doc.root_, 0);
+    } catch (const YAML::Exception&) {
+      parsed = false;  // the full path below reports it
+    }
+  }
+  if (!parsed) {
     std::istringstream in(content);
     StrictScanner scanner(name);
     try {
@@ -357,12 +408,11 @@ YamlDocument YamlDocument::load_string(std::string_view text, const std::string&
     } catch (const YAML::ParserException& e) {
       throw InputError(position(name, e.mark) + ": YAML syntax error: " + e.msg);
     }
-  }
-  YamlDocument doc;
-  try {
-    doc.root_ = YAML::Load(content);
-  } catch (const YAML::ParserException& e) {
-    throw InputError(position(name, e.mark) + ": YAML syntax error: " + e.msg);
+    try {
+      doc.root_ = YAML::Load(content);
+    } catch (const YAML::ParserException& e) {
+      throw InputError(position(name, e.mark) + ": YAML syntax error: " + e.msg);
+    }
   }
   if (!doc.root_.IsDefined() || doc.root_.IsNull())
     throw InputError(name + ": empty file; expected a YAML map of keys (see docs/config-reference.md)");

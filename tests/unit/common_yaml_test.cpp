@@ -80,6 +80,33 @@ TEST_CASE("yaml: hazardous or malformed documents are refused with a clear messa
   CHECK(load_error(std::string(1, '[') + "]").starts_with("t.yaml:1:1: the top level must be a map"));
 }
 
+// A document the strict pass cannot object to skips it (common/yaml.cpp); everything it objects to
+// must still reach it, wherever in the tree it hides, and be reported exactly as before.
+TEST_CASE("yaml: the strict checks hold where the strict pass is skipped for plain documents") {
+  CHECK(load_error("outer:\n  inner:\n    x: 1\n    y: 2\n    x: 3\n").starts_with("t.yaml:5:5: duplicate key \"x\""));
+  CHECK(load_error("a: [1, {p: 1, q: 2, p: 3}]\n").starts_with("t.yaml:1:21: duplicate key \"p\""));
+  CHECK(load_error("a: [&x 1, 2]\n").starts_with("t.yaml:1:5: YAML anchors"));
+  CHECK(load_error("a: {k: &x 1}\n").starts_with("t.yaml:1:8: YAML anchors"));
+  CHECK(load_error("a: 1\n...\nb: 2\n").find("more than one YAML document") != std::string::npos);
+  CHECK(load_error("~: 1\n").find("map keys must be plain names") != std::string::npos);
+  CHECK(load_error("a:\n  null: 1\n").find("map keys must be plain names") != std::string::npos);
+  // '*' and '&' inside scalars are no anchors or aliases.
+  auto doc = YamlDocument::load_string("path: summary_*.csv\nq: \"a & b\"\nr: x&y\n", "t.yaml");
+  CHECK(doc.root().at("path").as_string() == "summary_*.csv");
+  CHECK(doc.root().at("q").as_string() == "a & b");
+  CHECK(doc.root().at("r").as_string() == "x&y");
+  // The depth limit exactly: the root map and 31 lists are 32 levels and load; one more does not.
+  auto nested = [](int lists) {
+    std::string t = "a: ";
+    for (int i = 0; i < lists; ++i) t += "[";
+    t += "1";
+    for (int i = 0; i < lists; ++i) t += "]";
+    return t + "\n";
+  };
+  CHECK_NOTHROW(YamlDocument::load_string(nested(31), "t.yaml"));
+  CHECK(load_error(nested(32)).starts_with("t.yaml:1:35: maps and lists nested deeper than 32 levels"));
+}
+
 TEST_CASE("yaml: an alias bomb is refused at the first alias, not walked") {
   std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
   for (int i = 1; i < 10; ++i) {

@@ -7,13 +7,19 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <span>
+#include <thread>
 #include <unordered_map>
 
 #include "common/error.hpp"
@@ -74,7 +80,13 @@ struct StepGraph {
   std::vector<Task> tasks;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
   std::vector<std::uint32_t> succ_begin, succ;
-  std::vector<sg4::ActivityPtr> activities;  // kept alive until two steps later
+  // Started by the engine's thread, released there (kept alive until two steps later): a graph
+  // goes back to the builder only with this emptied.
+  std::vector<sg4::ActivityPtr> activities;
+  std::uint32_t end_task = 0;          // the task whose completion ends the step
+  std::size_t tokens = 0;              // tokens the step processes
+  std::vector<double> rank_tokens;     // [layer slot * ep + rank]: tokens routed to each EP rank
+  std::exception_ptr error;            // building failed (the step's batch could not be drawn, ...)
   std::uint32_t add(const Task& t) {
     tasks.push_back(t);
     return static_cast<std::uint32_t>(tasks.size() - 1);
@@ -88,7 +100,9 @@ struct StepGraph {
     edges.clear();
     succ_begin.clear();
     succ.clear();
-    activities.clear();
+    end_task = 0;
+    tokens = 0;
+    error = nullptr;
   }
   void finalize() {
     const std::size_t n = tasks.size();
@@ -107,6 +121,101 @@ struct StepGraph {
 
  private:
   std::vector<std::uint32_t> fill_;
+};
+
+// Step graphs, built one or two steps ahead on a worker thread while the engine runs (the builder
+// touches no SimGrid object: it reads the trace, routes tokens and evaluates the cost models), or in
+// the caller's thread when not ahead. Graphs come back in step order; a building error travels in
+// its step's graph and is rethrown when that step is taken, so the steps before it still run.
+class StepBuilder {
+ public:
+  StepBuilder(std::function<void(StepGraph&)> build, int steps, bool ahead) : build_(std::move(build)), remaining_(steps) {
+    for (int i = 0; i < kGraphs; ++i) free_.push_back(std::make_unique<StepGraph>());
+    if (ahead && steps > 1) worker_ = std::thread([this] { loop(); });
+  }
+  StepBuilder(const StepBuilder&) = delete;
+  StepBuilder& operator=(const StepBuilder&) = delete;
+  ~StepBuilder() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+  // The next step's graph; rethrows the error that building it raised.
+  std::unique_ptr<StepGraph> next() {
+    std::unique_ptr<StepGraph> g;
+    if (!worker_.joinable()) {
+      g = take_free();
+      build_one(*g);
+    } else {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return !ready_.empty(); });
+      g = std::move(ready_.front());
+      ready_.pop_front();
+      lock.unlock();
+      cv_.notify_all();
+    }
+    if (g->error) std::rethrow_exception(g->error);
+    return g;
+  }
+  // A graph whose activities the engine no longer references (activities already released).
+  void recycle(std::unique_ptr<StepGraph> g) {
+    {
+      std::lock_guard lock(mu_);
+      free_.push_back(std::move(g));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  // Three graphs: the step before the running one (its activities may still be referenced from the
+  // completion callback that starts the next step), the running one, and the next one.
+  static constexpr int kGraphs = 3;
+  std::unique_ptr<StepGraph> take_free() {
+    std::lock_guard lock(mu_);
+    auto g = std::move(free_.back());
+    free_.pop_back();
+    return g;
+  }
+  void build_one(StepGraph& g) {
+    g.clear();
+    try {
+      build_(g);
+    } catch (...) {
+      g.error = std::current_exception();
+    }
+  }
+  void loop() {
+    for (; remaining_ > 0; --remaining_) {
+      std::unique_ptr<StepGraph> g;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !free_.empty(); });
+        if (stop_) return;
+        g = std::move(free_.back());
+        free_.pop_back();
+      }
+      build_one(*g);
+      const bool failed = g->error != nullptr;
+      {
+        std::lock_guard lock(mu_);
+        ready_.push_back(std::move(g));
+      }
+      cv_.notify_all();
+      if (failed) return;
+    }
+  }
+
+  std::function<void(StepGraph&)> build_;
+  int remaining_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<StepGraph>> free_;
+  std::deque<std::unique_ptr<StepGraph>> ready_;
+  bool stop_ = false;
+  std::thread worker_;
 };
 
 struct GpuTrack {
@@ -150,6 +259,7 @@ class Replay {
   void build_synthetic_step(StepGraph& g);
 
   // Execution.
+  void build_next(StepGraph& g);
   void start_step();
   void start_task(std::uint32_t id);
   void complete(std::uint32_t id);
@@ -203,7 +313,6 @@ class Replay {
   std::vector<double> token_time_;   // [gpu * L + slot]
   std::vector<int> a2a_active_;
   std::vector<double> a2a_since_, a2a_time_;
-  std::vector<double> rank_tokens_step_;  // [slot * ep + rank]
   StepBatch batch_;
   std::size_t batch_tokens_ = 0;  // tokens of the current step
   std::vector<int> single_holder_;  // [MoE layer * E + expert]: its only holder rank, -1 if replicated
@@ -257,6 +366,8 @@ class Replay {
   SimResult result_;
   std::vector<double> layer_sums_;  // [slot][4]
   std::vector<double> rank_token_sums_;
+  // Last: destroyed first, so that its thread stops before the state it builds from goes.
+  std::unique_ptr<StepBuilder> builder_;
 };
 
 std::uint32_t Replay::add_compute(StepGraph& g, int gpu, Category cat, int layer_slot, const models::ExpertWork& w,
@@ -445,7 +556,7 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
     long total = 0;
     for (std::size_t c = 0; c < C; ++c)
       for (int e = 0; e < experts; ++e) total += expert_tokens[c][static_cast<std::size_t>(r * experts + e)];
-    rank_tokens_step_[static_cast<std::size_t>(slot * ep + r)] += static_cast<double>(total);
+    g.rank_tokens[static_cast<std::size_t>(slot * ep + r)] += static_cast<double>(total);
   }
 
   const int gpus = ep * tp;
@@ -782,7 +893,7 @@ void Replay::build_training_step(StepGraph& g) {
       }
       batch = &dense;
     }
-    batch_tokens_ += batch->size();
+    g.tokens += batch->size();
     std::vector<long> home_tokens(static_cast<std::size_t>(in_.ep), 0);
     for (int h : batch->home) ++home_tokens[static_cast<std::size_t>(h)];
     // Forward (FSDP gathers each layer's parameters first; overlapped, the gather runs ahead).
@@ -821,7 +932,7 @@ void Replay::build_training_step(StepGraph& g) {
     g.edge(last_compute[static_cast<std::size_t>(gpu)], end);
     g.edge(last_comm[static_cast<std::size_t>(gpu)], end);
   }
-  step_end_task_ = end;
+  g.end_task = end;
 }
 
 void Replay::build_step(StepGraph& g, const StepBatch* batch) {
@@ -850,7 +961,7 @@ void Replay::build_step(StepGraph& g, const StepBatch* batch) {
     g.edge(ready[static_cast<std::size_t>(gpu)], end);
     g.edge(last_comm[static_cast<std::size_t>(gpu)], end);
   }
-  step_end_task_ = end;
+  g.end_task = end;
 }
 
 void Replay::build_synthetic_step(StepGraph& g) {
@@ -907,8 +1018,8 @@ void Replay::build_synthetic_step(StepGraph& g) {
       barrier = next;
     }
   }
-  step_end_task_ = g.add(Task{});
-  g.edge(barrier, step_end_task_);
+  g.end_task = g.add(Task{});
+  g.edge(barrier, g.end_task);
 }
 
 void Replay::account_state(int gpu) {
@@ -1055,15 +1166,15 @@ void Replay::complete(std::uint32_t first) {
     if (measuring_ && step_index_ <= in_.options.warmup_steps + in_.options.timeline_steps &&
         ((t.kind == TaskKind::kCompute && t.amount > 0) || (t.kind == TaskKind::kJoin && t.timeline))) {
       const double begin = t.kind == TaskKind::kJoin ? g.tasks[t.gate].start : t.start;
-      const int layer = t.layer >= 0 ? layer_ids_[static_cast<std::size_t>(t.layer)] : -1;
-      result_.timeline.push_back({{"name", std::string(category_name(t.category)) + (layer >= 0 ? " L" + std::to_string(layer) : "")},
-                                  {"cat", category_name(t.category)},
-                                  {"ph", "X"},
-                                  {"ts", begin * 1e6},
-                                  {"dur", (t.end - begin) * 1e6},
-                                  {"pid", t.gpu},
-                                  {"tid", t.kind == TaskKind::kCompute ? 0 : 1},
-                                  {"args", {{"step", step_index_ - 1}}}});
+      TimelineEvent ev;
+      ev.category = static_cast<std::uint8_t>(t.category);
+      ev.stream = t.kind == TaskKind::kCompute ? 0 : 1;
+      ev.layer = t.layer >= 0 ? layer_ids_[static_cast<std::size_t>(t.layer)] : -1;
+      ev.gpu = t.gpu;
+      ev.step = step_index_ - 1;
+      ev.begin = begin;
+      ev.end = t.end;
+      result_.timeline.push_back(ev);
     }
     for (auto s : g.successors(id))
       if (--g.tasks[s].pending == 0) start_task(s);
@@ -1089,7 +1200,8 @@ void Replay::complete(std::uint32_t first) {
           layer_sums_[l * 4 + 2] += at;
           layer_sums_[l * 4 + 3] += aa;
         }
-        for (std::size_t i = 0; i < rank_tokens_step_.size(); ++i) rank_token_sums_[i] += rank_tokens_step_[i];
+        const auto& rank_tokens = g.rank_tokens;
+        for (std::size_t i = 0; i < rank_tokens.size(); ++i) rank_token_sums_[i] += rank_tokens[i];
       }
       if (step_index_ < total_steps_) start_step();
     }
@@ -1140,34 +1252,44 @@ void Replay::skip_steps(int n) {
   batch_.clear();
 }
 
-void Replay::start_step() {
-  // Activities of the step before the previous one are no longer referenced by the engine.
-  std::swap(previous_, current_);
-  if (!current_) current_ = std::make_unique<StepGraph>();
-  current_->clear();
+// The graph of the next step: its batch drawn from the step source, its tokens routed (the
+// builder's thread when building ahead; touches no engine state).
+void Replay::build_next(StepGraph& g) {
+  g.rank_tokens.assign(layer_ids_.size() * static_cast<std::size_t>(in_.ep), 0.0);
   layer_major_of_ = nullptr;  // batches are refilled in place
+  if (in_.workload->mode == WorkloadMode::kSynthetic) {
+    batch_.clear();
+    build_synthetic_step(g);
+  } else if (in_.workload->mode == WorkloadMode::kTraining) {
+    micro_.assign(arch_.is_moe() ? static_cast<std::size_t>(in_.workload->micro_batches) : 0, StepBatch{});
+    for (auto& mb : micro_)
+      if (!in_.steps->next(mb)) throw common::RunError("the workload ran out of steps");
+    build_training_step(g);
+    micro_.clear();
+  } else {
+    if (!in_.steps->next(batch_)) throw common::RunError("the workload ran out of steps");
+    build_step(g, &batch_);
+    g.tokens = batch_.size();
+  }
+  g.finalize();
+}
+
+void Replay::start_step() {
+  // Activities of the step before the previous one are no longer referenced by the engine: released
+  // here, in the engine's thread, before their graph goes back to the builder.
+  if (previous_) {
+    previous_->activities.clear();
+    builder_->recycle(std::move(previous_));
+  }
+  previous_ = std::move(current_);
+  current_ = builder_->next();
   for (int gpu = 0; gpu < static_cast<int>(track_.size()); ++gpu) account_state(gpu);
   measuring_ = step_index_ >= in_.options.warmup_steps;
   std::fill(token_time_.begin(), token_time_.end(), 0.0);
   std::fill(a2a_time_.begin(), a2a_time_.end(), 0.0);
   std::fill(a2a_active_.begin(), a2a_active_.end(), 0);
-  std::fill(rank_tokens_step_.begin(), rank_tokens_step_.end(), 0.0);
-  batch_tokens_ = 0;
-  if (in_.workload->mode == WorkloadMode::kSynthetic) {
-    batch_.clear();
-    build_synthetic_step(*current_);
-  } else if (in_.workload->mode == WorkloadMode::kTraining) {
-    micro_.assign(arch_.is_moe() ? static_cast<std::size_t>(in_.workload->micro_batches) : 0, StepBatch{});
-    for (auto& mb : micro_)
-      if (!in_.steps->next(mb)) throw common::RunError("the workload ran out of steps");
-    build_training_step(*current_);
-    micro_.clear();
-  } else {
-    if (!in_.steps->next(batch_)) throw common::RunError("the workload ran out of steps");
-    build_step(*current_, &batch_);
-    batch_tokens_ = batch_.size();
-  }
-  current_->finalize();
+  batch_tokens_ = current_->tokens;
+  step_end_task_ = current_->end_task;
   if (dump_) dump_step(*current_);
   ++step_index_;
   step_start_ = sg4::Engine::get_clock();
@@ -1247,7 +1369,6 @@ SimResult Replay::run() {
   a2a_time_.assign(static_cast<std::size_t>(gpus) * L, 0.0);
   a2a_since_.assign(static_cast<std::size_t>(gpus) * L, 0.0);
   a2a_active_.assign(static_cast<std::size_t>(gpus) * L, 0);
-  rank_tokens_step_.assign(L * static_cast<std::size_t>(in_.ep), 0.0);
   rank_token_sums_.assign(L * static_cast<std::size_t>(in_.ep), 0.0);
   layer_sums_.assign(L * 4, 0.0);
   const int all_steps = in_.options.warmup_steps + in_.options.steps;
@@ -1258,6 +1379,8 @@ SimResult Replay::run() {
     throw common::RunError("step range [" + std::to_string(in_.options.first_step) + ", " + std::to_string(total_steps_) +
                            ") holds no measured step");
   skip_steps(first_step);
+  builder_ = std::make_unique<StepBuilder>([this](StepGraph& g) { build_next(g); }, total_steps_ - first_step,
+                                           in_.options.build_ahead);
 
   sg4::Activity::on_completion_cb([this](const sg4::Activity& a) {
     auto* data = a.get_data<void>();
@@ -1266,6 +1389,7 @@ SimResult Replay::run() {
   });
   start_step();
   engine.run();
+  builder_.reset();
   if (static_cast<int>(result_.step_latency.size()) != measured_steps)
     throw common::RunError("the simulation ended after " + std::to_string(result_.step_latency.size()) + " of " +
                            std::to_string(measured_steps) + " measured steps (a dependency was never met)");
@@ -1291,7 +1415,59 @@ SimResult Replay::run() {
   return std::move(result_);
 }
 
+void append_number(std::string& out, double v) {
+  if (!std::isfinite(v)) {
+    out += "null";
+    return;
+  }
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
 }  // namespace
+
+const char* timeline_category_name(int category) {
+  if (category < 0 || category > static_cast<int>(Category::kOther)) return "other";
+  return category_name(static_cast<Category>(category));
+}
+
+std::string chrome_trace_json(const std::vector<TimelineEvent>& events, std::size_t gpus) {
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  out.reserve(160 * (events.size() + 3 * gpus));
+  bool first = true;
+  auto open = [&] {
+    if (!first) out += ',';
+    first = false;
+  };
+  for (const auto& e : events) {
+    open();
+    const char* cat = timeline_category_name(e.category);
+    out += "{\"name\":\"";
+    out += cat;
+    if (e.layer >= 0) {
+      out += " L";
+      out += std::to_string(e.layer);
+    }
+    out += "\",\"cat\":\"";
+    out += cat;
+    out += "\",\"ph\":\"X\",\"ts\":";
+    append_number(out, e.begin * 1e6);
+    out += ",\"dur\":";
+    append_number(out, (e.end - e.begin) * 1e6);
+    out += ",\"pid\":" + std::to_string(e.gpu) + ",\"tid\":" + std::to_string(e.stream) +
+           ",\"args\":{\"step\":" + std::to_string(e.step) + "}}";
+  }
+  for (std::size_t g = 0; g < gpus; ++g) {
+    const std::string pid = std::to_string(g);
+    open();
+    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"args\":{\"name\":\"GPU " + pid + "\"}}";
+    out += ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"name\":\"compute\"}}";
+    out += ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":1,\"args\":{\"name\":\"communication\"}}";
+  }
+  out += "]}\n";
+  return out;
+}
 
 SimResult simulate(const SimInput& input) {
   Replay replay(input);

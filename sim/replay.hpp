@@ -44,6 +44,10 @@ struct SimOptions {
   // Run a synthetic uniform all-to-all as one flow per GPU where that is exact (docs/simulator.md,
   // "Aggregated uniform all-to-all"); false runs every (source, destination) flow (tests compare).
   bool merge_uniform_all_to_all = true;
+  // Build each step's graph (drawing its batch from the trace, routing its tokens) on a worker
+  // thread while the engine runs the step before it (docs/simulator.md, "Building ahead"). The
+  // graphs are the same either way; false builds each step in the engine's thread when it starts.
+  bool build_ahead = true;
 };
 
 struct SimInput {
@@ -78,6 +82,23 @@ struct GpuResult {
   double peak_power = 0.0;     // W, highest state power visited
 };
 
+// One event of the Chrome-trace timeline: a compute task or a stream operation on a GPU. Kept as
+// plain values while simulating (no JSON until the file is written: the timeline's first steps
+// would otherwise allocate a JSON object per event in the engine's thread).
+struct TimelineEvent {
+  std::uint8_t category = 0;  // timeline_category_name(category): "experts", "dispatch", ...
+  std::uint8_t stream = 0;    // 0 compute, 1 communication
+  std::int32_t layer = -1;    // decoder layer (synthetic: layer number), -1 for none
+  std::int32_t gpu = 0;
+  std::int32_t step = 0;      // step index, warmup steps included
+  double begin = 0.0, end = 0.0;  // s
+  bool operator==(const TimelineEvent&) const = default;
+};
+const char* timeline_category_name(int category);
+// The Chrome-trace JSON of a timeline (Perfetto opens it): one complete event per TimelineEvent, named
+// "<category> L<layer>", then the process and thread names of `gpus` GPUs.
+std::string chrome_trace_json(const std::vector<TimelineEvent>& events, std::size_t gpus);
+
 struct SimResult {
   std::string label;
   std::vector<double> step_latency;  // s, measured steps
@@ -91,7 +112,7 @@ struct SimResult {
   std::uint64_t activities = 0;  // SimGrid activities started (all steps)
   bool trace_repeated = false;
   double wall_seconds = 0.0;
-  nlohmann::json timeline = nlohmann::json::array();  // Chrome-trace events
+  std::vector<TimelineEvent> timeline;  // the first timeline_steps measured steps
 };
 
 SimResult simulate(const SimInput& input);
@@ -110,9 +131,14 @@ SimResult merge_step_ranges(const std::vector<SimResult>& parts);
 // fails reports its error message, rethrown here as the same error class.
 SimResult run_isolated(const std::function<SimResult()>& fn);
 // Runs several in parallel, at most `jobs` children at once; results in the order of `fns`. The
-// first failure is rethrown after every started child has ended.
-std::vector<SimResult> run_isolated_all(const std::vector<std::function<SimResult()>>& fns, int jobs);
+// first failure is rethrown after every started child has ended. `meanwhile`, when given, runs once
+// in this process while the first children simulate (work the results need but the children do
+// not, such as hashing an input); its error is rethrown the same way.
+std::vector<SimResult> run_isolated_all(const std::vector<std::function<SimResult()>>& fns, int jobs,
+                                        const std::function<void()>& meanwhile = {});
 
+// Everything but the timeline (which travels from the child as raw events and is written as its
+// own file, see chrome_trace_json).
 nlohmann::json to_json(const SimResult& r);
 SimResult sim_result_from_json(const nlohmann::json& j);
 

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "common/error.hpp"
 #include "sim/replay.hpp"
@@ -44,8 +45,7 @@ nlohmann::json to_json(const SimResult& r) {
           {"tokens", r.tokens},
           {"activities", r.activities},
           {"trace_repeated", r.trace_repeated},
-          {"wall_s", r.wall_seconds},
-          {"timeline", r.timeline}};
+          {"wall_s", r.wall_seconds}};
 }
 
 SimResult sim_result_from_json(const nlohmann::json& j) {
@@ -81,7 +81,6 @@ SimResult sim_result_from_json(const nlohmann::json& j) {
   r.activities = j.at("activities").get<std::uint64_t>();
   r.trace_repeated = j.at("trace_repeated").get<bool>();
   r.wall_seconds = j.at("wall_s").get<double>();
-  r.timeline = j.at("timeline");
   return r;
 }
 
@@ -108,16 +107,16 @@ Child start_child(const std::function<SimResult()>& fn, std::size_t index) {
     throw common::RunError(std::string("fork failed: ") + std::strerror(errno));
   }
   if (pid == 0) {
+    // The message: the JSON text (result or error), a NUL, then the timeline's events as raw values
+    // (parent and child are the same program).
     nlohmann::json out;
+    std::vector<TimelineEvent> timeline;
     try {
-      // The timeline can be the largest part of a result: moved, not copied, into the message.
       SimResult r = fn();
-      nlohmann::json timeline = std::move(r.timeline);
-      r.timeline = nlohmann::json::array();
-      nlohmann::json ok = to_json(r);
-      ok["timeline"] = std::move(timeline);
+      timeline = std::move(r.timeline);
       out = nlohmann::json::object();
-      out["ok"] = std::move(ok);
+      out["ok"] = to_json(r);
+      out["ok"]["timeline_events"] = timeline.size();
     } catch (const common::InputError& e) {
       out = {{"error", {{"class", "input"}, {"message", e.what()}}}};
     } catch (const common::RunError& e) {
@@ -126,12 +125,16 @@ Child start_child(const std::function<SimResult()>& fn, std::size_t index) {
       out = {{"error", {{"class", "internal"}, {"message", e.what()}}}};
     }
     const std::string text = out.dump();
-    std::size_t off = 0;
-    while (off < text.size()) {
-      const ssize_t n = write(fd, text.data() + off, text.size() - off);
-      if (n <= 0) _exit(3);
-      off += static_cast<std::size_t>(n);
-    }
+    auto put = [fd](const char* data, std::size_t size) {
+      std::size_t off = 0;
+      while (off < size) {
+        const ssize_t n = write(fd, data + off, size - off);
+        if (n <= 0) _exit(3);
+        off += static_cast<std::size_t>(n);
+      }
+    };
+    put(text.c_str(), text.size() + 1);
+    put(reinterpret_cast<const char*>(timeline.data()), timeline.size() * sizeof(TimelineEvent));
     close(fd);
     _exit(0);
   }
@@ -151,8 +154,9 @@ SimResult finish_child(const Child& c, int status) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty())
     throw std::runtime_error("the simulation process died (" +
                              std::string(WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "no result") + ")");
-  auto j = nlohmann::json::parse(text);
-  text = std::string();
+  const std::size_t nul = text.find('\0');
+  if (nul == std::string::npos) throw std::runtime_error("the simulation process left an incomplete result");
+  auto j = nlohmann::json::parse(std::string_view(text).substr(0, nul));
   if (j.contains("error")) {
     const auto cls = j["error"]["class"].get<std::string>();
     const auto msg = j["error"]["message"].get<std::string>();
@@ -160,11 +164,14 @@ SimResult finish_child(const Child& c, int status) {
     if (cls == "run") throw common::RunError(msg);
     throw std::runtime_error(msg);
   }
-  auto& ok = j.at("ok");
-  nlohmann::json timeline = std::move(ok.at("timeline"));
-  ok["timeline"] = nlohmann::json::array();
+  const auto& ok = j.at("ok");
   SimResult r = sim_result_from_json(ok);
-  r.timeline = std::move(timeline);
+  const auto events = ok.at("timeline_events").get<std::size_t>();
+  if (text.size() - nul - 1 != events * sizeof(TimelineEvent))
+    throw std::runtime_error("the simulation process left an incomplete timeline");
+  static_assert(std::is_trivially_copyable_v<TimelineEvent>);
+  r.timeline.resize(events);
+  if (events > 0) std::memcpy(r.timeline.data(), text.data() + nul + 1, events * sizeof(TimelineEvent));
   return r;
 }
 
@@ -172,16 +179,26 @@ SimResult finish_child(const Child& c, int status) {
 
 SimResult run_isolated(const std::function<SimResult()>& fn) { return run_isolated_all({fn}, 1).front(); }
 
-std::vector<SimResult> run_isolated_all(const std::vector<std::function<SimResult()>>& fns, int jobs) {
+std::vector<SimResult> run_isolated_all(const std::vector<std::function<SimResult()>>& fns, int jobs,
+                                        const std::function<void()>& meanwhile) {
   std::vector<SimResult> results(fns.size());
   std::vector<Child> running;
   std::size_t next = 0;
   std::exception_ptr first_error;
+  bool meanwhile_done = false;
   jobs = std::max(1, jobs);
   while (next < fns.size() || !running.empty()) {
     while (!first_error && next < fns.size() && static_cast<int>(running.size()) < jobs) {
       running.push_back(start_child(fns[next], next));
       ++next;
+    }
+    if (meanwhile && !meanwhile_done) {
+      meanwhile_done = true;
+      try {
+        meanwhile();
+      } catch (...) {
+        if (!first_error) first_error = std::current_exception();
+      }
     }
     if (running.empty()) break;
     int status = 0;
@@ -200,6 +217,7 @@ std::vector<SimResult> run_isolated_all(const std::vector<std::function<SimResul
       if (!first_error) first_error = std::current_exception();
     }
   }
+  if (meanwhile && !meanwhile_done) meanwhile();  // no children at all
   if (first_error) std::rethrow_exception(first_error);
   return results;
 }

@@ -67,7 +67,7 @@ bool needs_trace(const Scenario& s, const models::Architecture& arch) {
 
 // What a solved placement depends on; equal keys give equal placements (policies are deterministic).
 nlohmann::json placement_cache_key(const Scenario& s, const Inputs& in) {
-  return {{"policy", s.placement.policy},
+  nlohmann::json key = {{"policy", s.placement.policy},
           {"replicas", s.placement.replicas},
           {"groups", s.placement.groups},
           {"seed", s.seed},
@@ -76,8 +76,10 @@ nlohmann::json placement_cache_key(const Scenario& s, const Inputs& in) {
           {"cluster", in.cluster.name},
           {"cluster_sha256", common::sha256_file(in.cluster.source_file)},
           {"ep", in.ep},
-          {"tp", in.tp},
-          {"trace_sha256", in.trace_sha256}};
+          {"tp", in.tp}};
+  // A policy that reads no routing (contiguous, round_robin) gives the same placement for any trace.
+  if (!in.trace_sha256.empty()) key["trace_sha256"] = in.trace_sha256;
+  return key;
 }
 
 // Solver reports carry wall-clock seconds; a cached placement drops them so that the same input
@@ -109,7 +111,6 @@ Inputs load_inputs(const Scenario& s, const RunOptions& options) {
     if (!in.arch.is_moe())
       throw common::InputError("architecture " + in.arch.name + " is dense: prefill and decode replay a routing trace of an MoE model");
     if (s.trace.empty()) throw common::InputError("workload.mode " + workload_mode_name(s.workload.mode) + " needs a trace");
-    in.trace_sha256 = cached_sha256(s.trace);
     auto reader = traces::open_trace(s.trace);
     const auto& shape = reader->meta().shape;
     if (shape.layers != in.arch.moe_layers || shape.num_experts != in.arch.num_experts || shape.top_k != in.arch.top_k)
@@ -125,6 +126,9 @@ Inputs load_inputs(const Scenario& s, const RunOptions& options) {
         throw common::InputError(s.placement.file + ": the placement is for " + std::to_string(in.placement.ep) +
                                  " EP ranks, the scenario runs " + std::to_string(in.ep));
     } else {
+      // The trace's hash keys a placement solved on its routing; for the results alone it is
+      // computed while the simulations run (run_variant).
+      if (default_placement_registry().create(s.placement.policy)->needs_routing()) in.trace_sha256 = cached_sha256(s.trace);
       auto solve = [&] {
         const auto registry = default_placement_registry();
         const auto policy = registry.create(s.placement.policy);
@@ -290,6 +294,7 @@ std::function<SimResult()> timeline_job(const Scenario& s, const Inputs& in, std
     si.options.dump_activities = dump;
     si.options.first_step = range.first;
     si.options.end_step = range.end;
+    si.options.build_ahead = build_ahead();
     return simulate(si);
   };
 }
@@ -333,6 +338,11 @@ int parallel_jobs() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+bool build_ahead() {
+  if (const char* env = std::getenv("MOESIM_BUILD_AHEAD"); env && *env) return std::string_view(env) != "0";
+  return std::thread::hardware_concurrency() > 1;
+}
+
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return kNaN;
   std::sort(v.begin(), v.end());
@@ -360,7 +370,6 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
   out.inputs = {{"architecture_sha256", common::sha256_file(in.arch.source_file)},
                 {"cluster_sha256", common::sha256_file(in.cluster.source_file)},
                 {"profile_sha256", common::sha256_file(in.profile.source_file)}};
-  if (!s.trace.empty()) out.inputs["trace_sha256"] = in.trace_sha256;
   if (!s.placement.file.empty()) out.inputs["placement_sha256"] = common::sha256_file(s.placement.file);
   if (!in.placement_file.empty()) out.inputs["placement_sha256"] = common::sha256_file(in.placement_file);
 
@@ -398,7 +407,12 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
     if (req != OverlapPolicy::kIdeal) add(many, false, "ideal");
     add(one, false, "ideal-1-chunk");
   }
-  const std::vector<SimResult> parts = run_isolated_all(jobs, parallel_jobs());
+  // The trace's hash goes into the results only: computed here while the children simulate.
+  const bool hash_trace = needs_trace(s, in.arch);
+  const std::vector<SimResult> parts = run_isolated_all(jobs, parallel_jobs(), [&] {
+    if (hash_trace && in.trace_sha256.empty()) in.trace_sha256 = cached_sha256(s.trace);
+  });
+  if (!s.trace.empty()) out.inputs["trace_sha256"] = in.trace_sha256;
   first_job.push_back(jobs.size());
   for (std::size_t t = 0; t + 1 < first_job.size(); ++t)
     out.timelines.push_back(merge_step_ranges(std::vector<SimResult>(parts.begin() + static_cast<std::ptrdiff_t>(first_job[t]),
@@ -536,7 +550,6 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
     nlohmann::json tl = nlohmann::json::array();
     for (const auto& t : v.timelines) {
       auto x = to_json(t);
-      x.erase("timeline");
       x.erase("wall_s");
       x["compute_slowdown"] = t.compute_alone > 0 ? t.compute_actual / t.compute_alone - 1.0 : 0.0;
       x["step_p50_s"] = jnum(percentile(t.step_latency, 0.5));
@@ -714,13 +727,8 @@ std::string results_table(const std::vector<VariantResult>& results, const std::
 
 void write_variant_files(const std::string& vdir, const nlohmann::json& context, const VariantResult& r) {
   const fs::path dir(vdir);
-  nlohmann::json trace = {{"displayTimeUnit", "ms"}, {"traceEvents", r.timelines.front().timeline}};
-  for (std::size_t g = 0; g < r.timelines.front().gpus.size(); ++g) {
-    trace["traceEvents"].push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", g}, {"args", {{"name", "GPU " + std::to_string(g)}}}});
-    trace["traceEvents"].push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", g}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-    trace["traceEvents"].push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", g}, {"tid", 1}, {"args", {{"name", "communication"}}}});
-  }
-  common::write_file_atomic(dir / "timeline.json", trace.dump() + "\n", true);
+  const SimResult& t = r.timelines.front();
+  common::write_file_atomic(dir / "timeline.json", chrome_trace_json(t.timeline, t.gpus.size()), true);
   common::write_file_atomic(dir / "scenario.yaml", scenario_yaml(r.scenario), true);
   const nlohmann::json v = {{"schema_version", 1}, {"context", context}, {"variant", variant_json(r, true)}};
   common::write_file_atomic(dir / "result.json", v.dump(2) + "\n", true);

@@ -80,9 +80,15 @@ void check_same(const sim::SimResult& ranges, const sim::SimResult& one) {
   }
   REQUIRE(ranges.timeline.size() == one.timeline.size());
   for (std::size_t i = 0; i < one.timeline.size(); ++i) {
-    CHECK(ranges.timeline[i]["name"] == one.timeline[i]["name"]);
-    close(ranges.timeline[i]["ts"].get<double>(), one.timeline[i]["ts"].get<double>(), "timeline event start");
-    close(ranges.timeline[i]["dur"].get<double>(), one.timeline[i]["dur"].get<double>(), "timeline event length");
+    const auto& a = ranges.timeline[i];
+    const auto& b = one.timeline[i];
+    CHECK(a.category == b.category);
+    CHECK(a.stream == b.stream);
+    CHECK(a.layer == b.layer);
+    CHECK(a.gpu == b.gpu);
+    CHECK(a.step == b.step);
+    close(a.begin, b.begin, "timeline event start");
+    close(a.end, b.end, "timeline event end");
   }
 }
 

@@ -239,8 +239,8 @@ class Replay {
  private:
   // Graph building.
   void build_step(StepGraph& g, const StepBatch* batch);
-  void build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t li, int chunks, int layer_slot,
-                       std::vector<std::uint32_t>& ready, std::vector<std::uint32_t>& last_compute,
+  void build_moe_layer(StepGraph& g, const StepBatch& batch, const std::vector<long>& home_count, std::size_t li,
+                       int chunks, int layer_slot, std::vector<std::uint32_t>& ready, std::vector<std::uint32_t>& last_compute,
                        std::vector<std::uint32_t>& last_comm);
   std::uint32_t add_compute(StepGraph& g, int gpu, Category cat, int layer_slot, const models::ExpertWork& w,
                             std::vector<std::uint32_t>& last_compute, std::initializer_list<std::uint32_t> deps);
@@ -340,7 +340,7 @@ class Replay {
   // build_moe_layer's working storage, kept across layers and steps so that building allocates
   // only while the arrays grow.
   struct MoeScratch {
-    std::vector<long> home_count, home_seen, home_chunk;
+    std::vector<long> home_seen, home_chunk;
     std::vector<int> rank_node;  // node of each EP rank
     std::vector<std::vector<long>> sends, expert_tokens, node_sends;
     std::vector<int> dests;
@@ -427,8 +427,8 @@ std::uint32_t Replay::add_ring_collective(StepGraph& g, const std::vector<int>& 
   return j;
 }
 
-void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t li, int chunks, int slot,
-                             std::vector<std::uint32_t>& ready, std::vector<std::uint32_t>& last_compute,
+void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, const std::vector<long>& home_count, std::size_t li,
+                             int chunks, int slot, std::vector<std::uint32_t>& ready, std::vector<std::uint32_t>& last_compute,
                              std::vector<std::uint32_t>& last_comm) {
   const int ep = in_.ep, tp = in_.tp, k = arch_.top_k;
   const int experts = arch_.num_experts;
@@ -443,15 +443,13 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, std::size_t l
   }
   auto node_of_rank = [&](int r) { return rank_node[static_cast<std::size_t>(r)]; };
 
-  // Position of each token among its home rank's tokens: chunk = position * chunks / count.
+  // Position of each token among its home rank's tokens (home_count of them, counted once per
+  // batch by the caller): chunk = position * chunks / count.
   MoeScratch& m = moe_;
-  auto& home_count = m.home_count;
   auto& home_seen = m.home_seen;
-  home_count.assign(static_cast<std::size_t>(ep), 0);
   home_seen.assign(static_cast<std::size_t>(ep), 0);
   auto& home_chunk = m.home_chunk;
   home_chunk.assign(static_cast<std::size_t>(ep), 0);
-  for (int h : batch.home) ++home_count[static_cast<std::size_t>(h)];
 
   // sends[c][h * ep + r]: tokens from home rank h to rank r in chunk c; expert_tokens[c][r * E + e].
   // Count arrays per chunk, reused from layer to layer: routing a token allocates nothing.
@@ -798,8 +796,9 @@ void Replay::build_layer(StepGraph& g, const StepBatch& batch, int d, std::size_
   }
   tp_all_reduce();
   if (moe) {
-    build_moe_layer(g, batch, li, in_.options.layer_chunks.empty() ? 1 : in_.options.layer_chunks[static_cast<std::size_t>(d)],
-                    slot, ready, last_compute, last_comm);
+    build_moe_layer(g, batch, home_tokens, li,
+                    in_.options.layer_chunks.empty() ? 1 : in_.options.layer_chunks[static_cast<std::size_t>(d)], slot, ready,
+                    last_compute, last_comm);
     ++li;
     return;
   }

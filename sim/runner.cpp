@@ -263,9 +263,10 @@ std::vector<int> choose_auto_chunks(const Scenario& s, const Inputs& in, nlohman
 }
 
 // The simulation of one timeline, to run in a child process (captures by value).
+// `ahead` is read when the job runs (it is set once every job is known).
 std::function<SimResult()> timeline_job(const Scenario& s, const Inputs& in, std::vector<int> chunks, bool contention,
-                                        std::string label, StepRange range, std::string dump = {}) {
-  return [&s, &in, chunks = std::move(chunks), contention, label = std::move(label), range, dump = std::move(dump)]() {
+                                        std::string label, StepRange range, const bool& ahead, std::string dump = {}) {
+  return [&s, &in, chunks = std::move(chunks), contention, label = std::move(label), range, &ahead, dump = std::move(dump)]() {
     std::unique_ptr<traces::TraceReader> reader;
     std::unique_ptr<StepSource> source;
     if (needs_trace(s, in.arch)) {
@@ -294,7 +295,7 @@ std::function<SimResult()> timeline_job(const Scenario& s, const Inputs& in, std
     si.options.dump_activities = dump;
     si.options.first_step = range.first;
     si.options.end_step = range.end;
-    si.options.build_ahead = build_ahead();
+    si.options.build_ahead = ahead;
     return simulate(si);
   };
 }
@@ -338,9 +339,9 @@ int parallel_jobs() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-bool build_ahead() {
+bool build_ahead(int processes) {
   if (const char* env = std::getenv("MOESIM_BUILD_AHEAD"); env && *env) return std::string_view(env) != "0";
-  return std::thread::hardware_concurrency() > 1;
+  return static_cast<long>(std::max(1, processes)) * 2 <= static_cast<long>(std::thread::hardware_concurrency());
 }
 
 double percentile(std::vector<double> v, double q) {
@@ -391,12 +392,13 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
   std::vector<std::string> labels;
   std::vector<std::size_t> first_job;  // per timeline: its first job; its ranges follow
   const std::vector<StepRange> ranges = step_ranges(s.workload.warmup_steps, s.workload.steps);
+  bool ahead = false;  // set below, once the number of processes is known
   auto add = [&](const std::vector<int>& chunks, bool contention, const std::string& label) {
     first_job.push_back(jobs.size());
     if (labels.empty() && !options.dump_activities.empty()) {
-      jobs.push_back(timeline_job(s, in, chunks, contention, label, StepRange{0, -1}, options.dump_activities));
+      jobs.push_back(timeline_job(s, in, chunks, contention, label, StepRange{0, -1}, ahead, options.dump_activities));
     } else {
-      for (const auto& r : ranges) jobs.push_back(timeline_job(s, in, chunks, contention, label, r));
+      for (const auto& r : ranges) jobs.push_back(timeline_job(s, in, chunks, contention, label, r, ahead));
     }
     labels.push_back(label);
   };
@@ -409,7 +411,9 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
   }
   // The trace's hash goes into the results only: computed here while the children simulate.
   const bool hash_trace = needs_trace(s, in.arch);
-  const std::vector<SimResult> parts = run_isolated_all(jobs, parallel_jobs(), [&] {
+  const int processes = std::min(parallel_jobs(), static_cast<int>(jobs.size()));
+  ahead = build_ahead(processes);
+  const std::vector<SimResult> parts = run_isolated_all(jobs, processes, [&] {
     if (hash_trace && in.trace_sha256.empty()) in.trace_sha256 = cached_sha256(s.trace);
   });
   if (!s.trace.empty()) out.inputs["trace_sha256"] = in.trace_sha256;

@@ -85,8 +85,9 @@ void write_variant_files(const std::string& vdir, const nlohmann::json& context,
 double percentile(std::vector<double> values, double q);  // linear interpolation, q in [0, 1]
 // Simulations run at once: $MOESIM_JOBS, else the machine's hardware threads.
 int parallel_jobs();
-// Build step graphs on a worker thread while the engine runs (SimOptions::build_ahead):
-// $MOESIM_BUILD_AHEAD (0 = off), else on where the machine has more than one hardware thread.
-bool build_ahead();
+// Build step graphs on a worker thread while the engine runs (SimOptions::build_ahead), with
+// `processes` simulations at once: $MOESIM_BUILD_AHEAD (0 = off, else on), else on where the machine
+// has a spare hardware thread for each simulation's builder (2 x processes <= hardware threads).
+bool build_ahead(int processes);
 
 }  // namespace moesim::sim

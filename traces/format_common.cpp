@@ -186,17 +186,20 @@ std::optional<TokenChecker::BlockProblem> TokenChecker::check_block(const TokenB
   const std::uint64_t in_range = shape_.num_experts >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << shape_.num_experts) - 1;
   for (std::size_t t = 0; t < n; ++t) {
     if (fast) {
-      bool clean = true;
+      // Per layer, an id's bit already set is a repeat, a bit outside the range an id too large,
+      // and an id of 64 or more sets no bit. No branch per id: a token is judged after its layers.
+      std::uint64_t bad = 0;
       const std::uint16_t* ids = block.experts.data() + t * per;
-      for (std::size_t l = 0; l < layers && clean; ++l, ids += k) {
+      for (std::size_t l = 0; l < layers; ++l, ids += k) {
         std::uint64_t seen = 0;
         for (std::size_t j = 0; j < k; ++j) {
           const std::uint64_t bit = ids[j] < 64 ? std::uint64_t{1} << ids[j] : 0;
-          clean = clean && (bit & in_range) != 0 && (seen & bit) == 0;
+          bad |= (seen & bit) | static_cast<std::uint64_t>(bit == 0);
           seen |= bit;
         }
+        bad |= seen & ~in_range;
       }
-      if (clean) {
+      if (bad == 0) {
         std::string p = order_problem(block.sequence[t], block.position[t]);
         if (!p.empty()) return BlockProblem{t, p};
         continue;

@@ -408,3 +408,61 @@ TEST_CASE("trace format: open_trace detects the encoding from the first bytes, n
   CHECK(error_of([&] { open_trace((dir / "missing.mtr").string()); }).find("cannot open") != std::string::npos);
   CHECK(error_of([&] { open_trace(dir.path().string()); }).find("is a folder") != std::string::npos);
 }
+
+// Without gate weights and with up to 64 experts the checker judges a token by bit sets: it must find
+// exactly what the per-layer check finds, with its message, at 16 and at 64 experts (the whole 64-bit
+// range), wherever in the token the bad id sits.
+TEST_CASE("trace format: the bit-set token check finds every out-of-range and repeated id") {
+  for (int experts : {16, 64}) {
+    CAPTURE(experts);
+    TraceShape shape;
+    shape.layers = {1, 2, 5};
+    shape.num_experts = experts;
+    shape.top_k = 4;
+    const std::size_t per = 3 * 4;
+    // 8 tokens in 2 sequences; every layer holds 4 distinct ids in range, spread over the range.
+    TokenBlock good;
+    for (std::uint32_t t = 0; t < 8; ++t) {
+      good.sequence.push_back(t / 4);
+      good.position.push_back(t % 4);
+      for (std::size_t i = 0; i < per; ++i) {
+        const std::size_t group = t * 3 + i / 4, j = i % 4;
+        good.experts.push_back(static_cast<std::uint16_t>((group * 3 + j * static_cast<std::size_t>(experts) / 4) % static_cast<std::size_t>(experts)));
+      }
+    }
+    good.experts[per * 5 + 7] = static_cast<std::uint16_t>(experts - 1);
+    {
+      TokenChecker checker(shape, false);
+      CHECK_FALSE(checker.check_block(good));
+      CHECK(checker.tokens() == 8);
+    }
+    struct Spoil {
+      std::size_t token, index;  // which id of which token
+      std::uint16_t id;
+      std::string expect;  // empty: the id becomes a repeat of the one before it in its layer
+    };
+    const std::vector<Spoil> spoils = {
+        {0, 0, static_cast<std::uint16_t>(experts), "layer 1: expert id " + std::to_string(experts) + " is out of range"},
+        {3, 11, 64, "layer 5: expert id 64 is out of range"},
+        {2, 4, 1000, "layer 2: expert id 1000 is out of range"},
+        {6, 5, 0, ""},
+        {7, 11, 0, ""},  // the very last id of the block
+    };
+    for (const auto& s : spoils) {
+      TokenBlock b = good;
+      std::string expect = s.expect;
+      const std::size_t at = s.token * per + s.index;
+      if (s.expect.empty()) {
+        b.experts[at] = b.experts[at - 1];
+        expect = "layer " + std::to_string(shape.layers[s.index / 4]) + ": expert " + std::to_string(b.experts[at]) + " appears twice";
+      } else {
+        b.experts[at] = s.id;
+      }
+      TokenChecker checker(shape, false);
+      const auto problem = checker.check_block(b);
+      REQUIRE(problem);
+      CHECK(problem->token == s.token);
+      CHECK_MESSAGE(problem->what.find(expect) != std::string::npos, problem->what);
+    }
+  }
+}

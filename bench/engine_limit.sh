@@ -4,8 +4,10 @@
 # once without and once with --dump-activities, replays the dump with moesim-replay, and prints one row:
 #   bash bench/engine_limit.sh BUILD_DIR [case ...]     cases: dsv2-prefill mixtral-decode synthetic-64
 # moesim wall: the variant's wall time without a dump (run_info.variant_wall_s: reading the trace,
-# placement, building the step graphs, the engine, in a child process). replay wall: moesim-replay's
-# engine_wall_s (platform + run; reading the dump is reported apart). Goal: ratio <= 1.5.
+# placement, building the step graphs, the engine, in a child process; the graphs are built ahead on
+# a second thread where the machine has a spare core, MOESIM_BUILD_AHEAD=0 measures one core).
+# replay wall: moesim-replay's engine_wall_s (platform + run; reading the dump is reported apart).
+# Goal: ratio <= 1.5.
 # On a shared machine wall time measures the neighbours: the CPU columns give user + sys seconds of
 # the whole `moesim run` (GNU time: inputs, trace hashing, placement, graph building, engine) and
 # moesim-replay's engine_cpu_s; their ratio overstates moesim's share (the whole run against the

@@ -11,6 +11,13 @@ if(MOESIM_SANITIZE)
     -fno-sanitize-recover=undefined)
   target_link_options(moesim_options INTERFACE -fsanitize=address,undefined)
 endif()
+if(MOESIM_TSAN)
+  if(MOESIM_SANITIZE)
+    message(FATAL_ERROR "MOESIM_TSAN and MOESIM_SANITIZE cannot be combined: configure one build directory for each")
+  endif()
+  target_compile_options(moesim_options INTERFACE -fsanitize=thread -fno-omit-frame-pointer)
+  target_link_options(moesim_options INTERFACE -fsanitize=thread)
+endif()
 target_include_directories(moesim_options INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/generated)
 
 # moesim_library(name dir deps...): a static library of every .cpp in `dir` (an empty one while a

@@ -30,9 +30,10 @@ sed -e 's/^nodes: 2$/nodes: 8/' "$root/configs/clusters/h200-2x8-800g.yaml" > "$
   --seed 1 >/dev/null
 # DeepSeek-V3: seed 1 to solve, seed 2 to evaluate. The popularity ranking (which experts are hot)
 # comes from --popularity-seed (default 0), not --seed, so both traces share their hot experts and
-# differ in the sampled tokens.
+# differ in the sampled tokens. 64 sequences of 320 tokens: every one of the 64 ranks is the home of
+# one sequence (sequence i lives on rank i mod 64), so the home-dispatch columns see every rank.
 for seed in 1 2; do
-  "$moesim" trace generate --architecture deepseek-v3 --tokens 20000 --seed $seed -o "$work/v3-$seed.mtr" >/dev/null
+  "$moesim" trace generate --architecture deepseek-v3 --tokens 20480 --seq-len 320 --seed $seed -o "$work/v3-$seed.mtr" >/dev/null
 done
 
 # name arch cluster tp ep solve-trace eval-trace

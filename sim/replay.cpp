@@ -342,7 +342,7 @@ class Replay {
   struct MoeScratch {
     std::vector<long> home_seen, home_chunk;
     std::vector<int> rank_node;  // node of each EP rank
-    std::vector<std::vector<long>> sends, expert_tokens, node_sends;
+    std::vector<std::vector<long>> sends, expert_tokens, node_sends, mask_counts;
     std::vector<int> dests;
     // Membership marks: rank r is in the current token's dests (node n has had its deduplicated
     // send) when its stamp equals `tick`; one increment per token instead of a search per expert.
@@ -354,6 +354,7 @@ class Replay {
     std::vector<std::vector<std::uint32_t>> arrivals, into, at_gateway;
   };
   MoeScratch moe_;
+  static constexpr int kMaskRanks = 8;  // up to this many EP ranks, routing counts destination sets
   static void reset_lists(std::vector<std::vector<std::uint32_t>>& v, std::size_t outer) {
     if (v.size() < outer) v.resize(outer);
     for (std::size_t i = 0; i < outer; ++i) v[i].clear();
@@ -486,6 +487,9 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, const std::ve
   auto& node_stamp = m.node_stamp;
   if (rank_stamp.size() != static_cast<std::size_t>(ep)) rank_stamp.assign(static_cast<std::size_t>(ep), 0);
   if (node_stamp.size() != static_cast<std::size_t>(nodes)) node_stamp.assign(static_cast<std::size_t>(nodes), 0);
+  // ep <= kMaskRanks: [c][(h << kMaskRanks) + set of destination ranks]: tokens.
+  auto& mask_counts = m.mask_counts;
+  if (ep <= kMaskRanks) reset_counts(mask_counts, C, static_cast<std::size_t>(ep) << kMaskRanks);
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const int h = batch.home[i];
     // c = position * chunks / count, kept as a running quotient (no division per token).
@@ -501,6 +505,19 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, const std::ve
     long* tokens_c = expert_tokens[c].data();
     long* sends_row = sends[c].data() + static_cast<std::size_t>(h) * static_cast<std::size_t>(ep);
     const int home_node = node_of_rank(h);
+    if (ep <= kMaskRanks) {
+      // Up to 8 ranks: the token's set of destination ranks is counted as a whole; the sends it
+      // makes are added up per distinct set after the loop (a handful of sets, 256 at most).
+      unsigned ranks = 0;
+      for (int j = 0; j < k; ++j) {
+        int chosen = single[e[j]];
+        if (chosen < 0) chosen = replica_rank(li, e[j], h, batch.token_index[i]);
+        ++tokens_c[chosen * experts + e[j]];
+        ranks |= 1u << chosen;
+      }
+      ++mask_counts[c][(static_cast<std::size_t>(h) << kMaskRanks) + ranks];
+      continue;
+    }
     if (ep <= 64) {
       // Destination ranks as a bit set: one OR per expert, then one pass over the set bits.
       std::uint64_t ranks = 0;
@@ -549,6 +566,28 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, const std::ve
         ++node_sends[c][static_cast<std::size_t>(h * nodes + n)];
       }
     }
+  }
+  if (ep <= kMaskRanks) {
+    // Each home's destination sets: a token is sent once to every rank of its set and, for
+    // hierarchical dispatch, once to every other node the set reaches.
+    for (std::size_t c = 0; c < C; ++c)
+      for (int h = 0; h < ep; ++h) {
+        const long* counts = mask_counts[c].data() + (static_cast<std::size_t>(h) << kMaskRanks);
+        long* sends_row = sends[c].data() + static_cast<std::size_t>(h) * static_cast<std::size_t>(ep);
+        const int home_node = node_of_rank(h);
+        for (unsigned set = 1; set < (1u << ep); ++set) {
+          const long n = counts[set];
+          if (n == 0) continue;
+          std::uint64_t far_nodes = 0;
+          for (unsigned rest = set; rest != 0; rest &= rest - 1) {
+            const int r = std::countr_zero(rest);
+            sends_row[r] += n;
+            if (node_of_rank(r) != home_node) far_nodes |= std::uint64_t{1} << node_of_rank(r);
+          }
+          for (; far_nodes != 0; far_nodes &= far_nodes - 1)
+            node_sends[c][static_cast<std::size_t>(h * nodes + std::countr_zero(far_nodes))] += n;
+        }
+      }
   }
   for (int r = 0; r < ep; ++r) {
     long total = 0;

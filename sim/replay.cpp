@@ -73,9 +73,53 @@ struct Task {
 
 class Replay;
 
+// [token][layer][K] ids to [layer][token][K]; K a compile-time constant, so that a token's ids at
+// one layer move as one fixed-size copy.
+template <std::size_t K>
+void to_layer_major_k(const std::uint16_t* from, std::uint16_t* to, std::size_t n, std::size_t layers) {
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t l = 0; l < layers; ++l, from += K) std::memcpy(to + (l * n + i) * K, from, K * sizeof(std::uint16_t));
+}
+
+void to_layer_major(const std::uint16_t* from, std::uint16_t* to, std::size_t n, std::size_t layers, std::size_t k) {
+  switch (k) {
+    case 1: return to_layer_major_k<1>(from, to, n, layers);
+    case 2: return to_layer_major_k<2>(from, to, n, layers);
+    case 4: return to_layer_major_k<4>(from, to, n, layers);
+    case 6: return to_layer_major_k<6>(from, to, n, layers);
+    case 8: return to_layer_major_k<8>(from, to, n, layers);
+    default:
+      // Any other top-k: an element loop, not a library copy call per (token, layer).
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t l = 0; l < layers; ++l, from += k) {
+          std::uint16_t* dst = to + (l * n + i) * k;
+          for (std::size_t j = 0; j < k; ++j) dst[j] = from[j];
+        }
+  }
+}
+
 // The graph of one step, built up front, started lazily. Edges are collected as (from, to) pairs
 // while building and turned into flat successor lists (in insertion order) by finalize(): no
 // per-task containers. The object is reused from step to step, keeping its capacity.
+// One MoE layer's tokens routed where every expert has a single holder and there are at most 8 EP
+// ranks (the common case, kept apart so that its loop holds its state in registers): per token,
+// count (rank, expert) in its chunk's table and its set of destination ranks per home.
+// slot[e] = holder * E + e, bit[e] = 1 << holder; chunk[i] is token i's chunk.
+void route_single_holders(const std::uint16_t* ids, std::size_t n, std::size_t k, const int* home,
+                          const std::uint8_t* chunk, const std::int32_t* slot, const std::uint8_t* bit,
+                          long* const* tokens, long* const* sets, int set_bits) {
+  for (std::size_t i = 0; i < n; ++i, ids += k) {
+    const std::size_t c = chunk[i];
+    long* t = tokens[c];
+    unsigned ranks = 0;
+    for (std::size_t j = 0; j < k; ++j) {
+      ++t[slot[ids[j]]];
+      ranks |= bit[ids[j]];
+    }
+    ++sets[c][(static_cast<std::size_t>(home[i]) << set_bits) + ranks];
+  }
+}
+
 struct StepGraph {
   std::vector<Task> tasks;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
@@ -316,6 +360,14 @@ class Replay {
   StepBatch batch_;
   std::size_t batch_tokens_ = 0;  // tokens of the current step
   std::vector<int> single_holder_;  // [MoE layer * E + expert]: its only holder rank, -1 if replicated
+  // For route_single_holders: per MoE layer, whether every expert has one holder, and per
+  // (layer, expert) holder * E + expert and the holder's bit (EP ranks <= kMaskRanks).
+  std::vector<char> all_single_;
+  std::vector<std::int32_t> holder_slot_;
+  std::vector<std::uint8_t> holder_bit_;
+  // Each token's chunk for a chunk count, per batch (the same for every MoE layer of a step).
+  const StepBatch* chunks_of_ = nullptr;
+  std::vector<std::vector<std::uint8_t>> token_chunk_;  // [chunks]: per token
   // The batch's expert ids by layer ([layer][token][k]) so that routing one layer reads them in
   // sequence instead of one cache line per token; rebuilt when the batch changes.
   const StepBatch* layer_major_of_ = nullptr;
@@ -324,14 +376,7 @@ class Replay {
     if (layer_major_of_ != &batch) {
       const std::size_t n = batch.size(), k = static_cast<std::size_t>(arch_.top_k);
       layer_major_ids_.resize(n * layers * k);
-      // k is a handful of ids: an element loop, not a library copy call per (token, layer).
-      const std::uint16_t* from = batch.experts.data();
-      std::uint16_t* to = layer_major_ids_.data();
-      for (std::size_t i = 0; i < n; ++i)
-        for (std::size_t l = 0; l < layers; ++l, from += k) {
-          std::uint16_t* dst = to + (l * n + i) * k;
-          for (std::size_t j = 0; j < k; ++j) dst[j] = from[j];
-        }
+      to_layer_major(batch.experts.data(), layer_major_ids_.data(), n, layers, k);
       layer_major_of_ = &batch;
     }
     return layer_major_ids_.data();
@@ -343,6 +388,7 @@ class Replay {
     std::vector<long> home_seen, home_chunk;
     std::vector<int> rank_node;  // node of each EP rank
     std::vector<std::vector<long>> sends, expert_tokens, node_sends, mask_counts;
+    std::vector<long*> chunk_rows, chunk_sets;
     std::vector<int> dests;
     // Membership marks: rank r is in the current token's dests (node n has had its deduplicated
     // send) when its stamp equals `tick`; one increment per token instead of a search per expert.
@@ -490,7 +536,40 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, const std::ve
   // ep <= kMaskRanks: [c][(h << kMaskRanks) + set of destination ranks]: tokens.
   auto& mask_counts = m.mask_counts;
   if (ep <= kMaskRanks) reset_counts(mask_counts, C, static_cast<std::size_t>(ep) << kMaskRanks);
-  for (std::size_t i = 0; i < batch.size(); ++i) {
+  const bool single_holders = ep <= kMaskRanks && li < all_single_.size() && all_single_[li] && chunks <= 255;
+  if (single_holders) {
+    // Token i's chunk: its position among its home rank's tokens * chunks / their count, the same
+    // for every MoE layer of the step with this chunk count (a running quotient, no division).
+    if (chunks_of_ != &batch) {
+      for (auto& v : token_chunk_) v.clear();
+      chunks_of_ = &batch;
+    }
+    if (token_chunk_.size() <= C) token_chunk_.resize(C + 1);
+    auto& chunk = token_chunk_[C];
+    if (chunk.size() != batch.size()) {
+      chunk.assign(batch.size(), 0);
+      if (chunks > 1)
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+          const auto hs = static_cast<std::size_t>(batch.home[i]);
+          const long scaled = home_seen[hs]++ * chunks;
+          long& q = home_chunk[hs];
+          while (scaled >= (q + 1) * home_count[hs]) ++q;
+          chunk[i] = static_cast<std::uint8_t>(q);
+        }
+    }
+    std::vector<long*>& tokens = m.chunk_rows;
+    std::vector<long*>& sets = m.chunk_sets;
+    tokens.resize(C);
+    sets.resize(C);
+    for (std::size_t c = 0; c < C; ++c) {
+      tokens[c] = expert_tokens[c].data();
+      sets[c] = mask_counts[c].data();
+    }
+    const std::size_t off = li * static_cast<std::size_t>(experts);
+    route_single_holders(layer_ids, batch.size(), static_cast<std::size_t>(k), batch.home.data(), chunk.data(),
+                         holder_slot_.data() + off, holder_bit_.data() + off, tokens.data(), sets.data(), kMaskRanks);
+  }
+  for (std::size_t i = 0; i < (single_holders ? 0 : batch.size()); ++i) {
     const int h = batch.home[i];
     // c = position * chunks / count, kept as a running quotient (no division per token).
     std::size_t c = 0;
@@ -1295,6 +1374,7 @@ void Replay::skip_steps(int n) {
 void Replay::build_next(StepGraph& g) {
   g.rank_tokens.assign(layer_ids_.size() * static_cast<std::size_t>(in_.ep), 0.0);
   layer_major_of_ = nullptr;  // batches are refilled in place
+  chunks_of_ = nullptr;
   if (in_.workload->mode == WorkloadMode::kSynthetic) {
     batch_.clear();
     build_synthetic_step(g);
@@ -1401,6 +1481,24 @@ SimResult Replay::run() {
     for (std::size_t l = 0; l < in_.placement->ranks.size(); ++l)
       for (std::size_t e = 0; e < E && e < in_.placement->ranks[l].size(); ++e)
         if (in_.placement->ranks[l][e].size() == 1) single_holder_[l * E + e] = in_.placement->ranks[l][e][0];
+    const std::size_t layers = in_.placement->ranks.size();
+    all_single_.assign(layers, 0);
+    holder_slot_.assign(layers * E, 0);
+    holder_bit_.assign(layers * E, 0);
+    if (in_.ep <= kMaskRanks && E > 0)
+      for (std::size_t l = 0; l < layers; ++l) {
+        bool all = true;
+        for (std::size_t e = 0; e < E; ++e) {
+          const int r = single_holder_[l * E + e];
+          if (r < 0) {
+            all = false;
+            continue;
+          }
+          holder_slot_[l * E + e] = static_cast<std::int32_t>(static_cast<std::size_t>(r) * E + e);
+          holder_bit_[l * E + e] = static_cast<std::uint8_t>(1u << r);
+        }
+        all_single_[l] = all ? 1 : 0;
+      }
   }
   const std::size_t L = layer_ids_.size();
   token_time_.assign(static_cast<std::size_t>(gpus) * L, 0.0);

@@ -3,7 +3,8 @@
 // docs/simulator.md (a token goes once to each other rank holding one of its experts; a replica on
 // the home rank, else on the home node round-robin by token index, else round-robin; hierarchical:
 // once per other node to the gateway of the home GPU's local index, then forwarded), on the shipped
-// DeepSeek-V2-Lite trace, up to 8 ranks (routing counts destination sets) and 16 (bit sets).
+// DeepSeek-V2-Lite trace, up to 8 ranks (routing counts destination sets; without replicas in its
+// own loop) and 16 (bit sets).
 #include <doctest/doctest.h>
 
 #include <set>
@@ -165,8 +166,12 @@ models::Cluster two_by_four() {
 TEST_CASE("sim: routing up to 8 ranks gives the traffic and tokens per rank counted token by token") {
   const auto one_node = models::load_cluster("h100-sxm-8gpu");
   SUBCASE("one node, flat") { check_routing(prefill(one_node, 8, sim::DispatchMode::kFlat, false, 1)); }
+  SUBCASE("one node, four chunks") { check_routing(prefill(one_node, 8, sim::DispatchMode::kFlat, false, 4)); }
   SUBCASE("one node, replicas, two chunks") { check_routing(prefill(one_node, 8, sim::DispatchMode::kFlat, true, 2)); }
   SUBCASE("two nodes, hierarchical") { check_routing(prefill(two_by_four(), 8, sim::DispatchMode::kHierarchical, false, 1)); }
+  SUBCASE("two nodes, hierarchical, three chunks") {
+    check_routing(prefill(two_by_four(), 8, sim::DispatchMode::kHierarchical, false, 3));
+  }
   SUBCASE("two nodes, hierarchical, replicas, two chunks") {
     check_routing(prefill(two_by_four(), 8, sim::DispatchMode::kHierarchical, true, 2));
   }

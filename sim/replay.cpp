@@ -105,7 +105,7 @@ void to_layer_major(const std::uint16_t* from, std::uint16_t* to, std::size_t n,
 // ranks (the common case, kept apart so that its loop holds its state in registers): per token,
 // count (rank, expert) in its chunk's table and its set of destination ranks per home.
 // slot[e] = holder * E + e, bit[e] = 1 << holder; chunk[i] is token i's chunk.
-void route_single_holders(const std::uint16_t* ids, std::size_t n, std::size_t k, const int* home,
+[[gnu::noinline]] void route_single_holders(const std::uint16_t* ids, std::size_t n, std::size_t k, const int* home,
                           const std::uint8_t* chunk, const std::int32_t* slot, const std::uint8_t* bit,
                           long* const* tokens, long* const* sets, int set_bits) {
   for (std::size_t i = 0; i < n; ++i, ids += k) {

@@ -1,5 +1,6 @@
 #include "sim/runner.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 #include <xbt/base.h>
 #include <simgrid/version.h>
@@ -331,17 +332,27 @@ std::string placement_label(const Scenario& s) {
 
 }  // namespace
 
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n >= 1) return n;
+  }
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 int parallel_jobs() {
   if (const char* env = std::getenv("MOESIM_JOBS"); env && *env) {
     const int n = std::atoi(env);
     if (n >= 1) return n;
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  return usable_cpus();
 }
 
 bool build_ahead(int processes) {
   if (const char* env = std::getenv("MOESIM_BUILD_AHEAD"); env && *env) return std::string_view(env) != "0";
-  return static_cast<long>(std::max(1, processes)) * 2 <= static_cast<long>(std::thread::hardware_concurrency());
+  return std::max(1, processes) * 2 <= usable_cpus();
 }
 
 double percentile(std::vector<double> v, double q) {

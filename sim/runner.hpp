@@ -83,11 +83,13 @@ void write_results(const std::string& dir, const Study& study, const std::vector
 void write_variant_files(const std::string& vdir, const nlohmann::json& context, const VariantResult& result);
 
 double percentile(std::vector<double> values, double q);  // linear interpolation, q in [0, 1]
-// Simulations run at once: $MOESIM_JOBS, else the machine's hardware threads.
+// CPUs this process may run on (its affinity mask: taskset, cpusets), else the hardware threads.
+int usable_cpus();
+// Simulations run at once: $MOESIM_JOBS, else usable_cpus().
 int parallel_jobs();
 // Build step graphs on a worker thread while the engine runs (SimOptions::build_ahead), with
-// `processes` simulations at once: $MOESIM_BUILD_AHEAD (0 = off, else on), else on where the machine
-// has a spare hardware thread for each simulation's builder (2 x processes <= hardware threads).
+// `processes` simulations at once: $MOESIM_BUILD_AHEAD (0 = off, else on), else on where there is
+// a spare CPU for each simulation's builder (2 x processes <= usable_cpus()).
 bool build_ahead(int processes);
 
 }  // namespace moesim::sim

@@ -23,26 +23,12 @@ using namespace moesim;
 
 namespace {
 
-struct Setup {
-  models::Architecture arch;
-  models::Cluster cluster;
-  models::Profile profile;
-  sim::Placement placement;
-  sim::Workload workload;
-  sim::SimOptions options;
-  traces::MemoryTrace memory;
-  bool shipped_trace = false;
-  int ep = 1;
-};
-
-std::string shipped_trace() { return (moesim::testing::source_dir() / "traces/data/deepseek-v2-lite-intent.mtr").string(); }
+using Setup = moesim::testing::SimSetup;
 
 sim::SimResult run(const Setup& c, bool ahead) {
-  moesim::testing::SimCase sc{&c.arch, &c.cluster, &c.profile, &c.placement, &c.workload, c.ep, c.options, {}};
-  sc.options.build_ahead = ahead;
-  if (c.shipped_trace) sc.open_trace = [] { return traces::open_trace(shipped_trace()); };
-  if (c.memory.tokens.size() > 0) sc.open_trace = [&] { return traces::read_memory_trace(c.memory); };
-  return moesim::testing::simulate_case(sc);
+  sim::SimOptions options = c.options;
+  options.build_ahead = ahead;
+  return moesim::testing::simulate_setup(c, options);
 }
 
 void check_identical(const Setup& c) {
@@ -57,24 +43,7 @@ void check_identical(const Setup& c) {
   if (c.options.timeline_steps > 0) CHECK(!ahead.timeline.empty());
 }
 
-Setup shipped_deepseek(sim::WorkloadMode mode) {
-  Setup c;
-  c.arch = models::load_architecture("deepseek-v2-lite");
-  c.cluster = models::load_cluster("h100-sxm-8gpu");
-  c.profile = models::load_profile("h100-sxm");
-  c.ep = 8;
-  c.placement = moesim::testing::identity_placement(c.arch, c.ep);
-  c.shipped_trace = true;
-  c.workload.mode = mode;
-  c.workload.batch_sequences = 16;
-  c.workload.tokens_per_step = 512;
-  c.options.warmup_steps = 2;
-  c.options.steps = 6;
-  c.options.timeline_steps = 3;
-  c.options.contention = true;
-  c.options.layer_chunks.assign(static_cast<std::size_t>(c.arch.num_layers), 2);
-  return c;
-}
+Setup shipped_deepseek(sim::WorkloadMode mode) { return moesim::testing::shipped_deepseek_setup(mode); }
 
 Setup toy_moe_training() {
   Setup c;
@@ -121,7 +90,7 @@ class FailingSource : public sim::StepSource {
 // Simulates the shipped-trace setup `c` with steps drawn through a FailingSource.
 sim::SimResult run_failing(const Setup& c, bool ahead, int fail_at, int limit) {
   return sim::run_isolated([&] {
-    auto reader = traces::open_trace(shipped_trace());
+    auto reader = traces::open_trace(c.trace);
     FailingSource source(sim::make_prefill_source(*reader, c.ep, c.workload.tokens_per_step), fail_at, limit);
     sim::SimInput in;
     in.arch = &c.arch;

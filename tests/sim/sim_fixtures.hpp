@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
@@ -11,7 +12,9 @@
 #include "sim/placement.hpp"
 #include "sim/replay.hpp"
 #include "sim/workload.hpp"
+#include "tests/support/test_support.hpp"
 #include "traces/memory_trace.hpp"
+#include "traces/trace.hpp"
 
 namespace moesim::testing {
 
@@ -159,6 +162,52 @@ inline sim::SimResult simulate_case(const SimCase& c) {
     in.options = c.options;
     return sim::simulate(in);
   });
+}
+
+// A whole simulation input held by value, for tests that run one setup several ways.
+struct SimSetup {
+  models::Architecture arch;
+  models::Cluster cluster;
+  models::Profile profile;
+  sim::Placement placement;
+  sim::Workload workload;
+  sim::SimOptions options;
+  std::string trace;           // a trace file, "" for none
+  traces::MemoryTrace memory;  // or a trace in memory (used when it holds tokens)
+  int ep = 1;
+};
+
+// Simulates `c` with `options` in place of its own.
+inline sim::SimResult simulate_setup(const SimSetup& c, const sim::SimOptions& options) {
+  SimCase sc{&c.arch, &c.cluster, &c.profile, &c.placement, &c.workload, c.ep, options, {}};
+  if (!c.trace.empty()) sc.open_trace = [&] { return traces::open_trace(c.trace); };
+  if (c.memory.tokens.size() > 0) sc.open_trace = [&] { return traces::read_memory_trace(c.memory); };
+  return simulate_case(sc);
+}
+
+inline std::string shipped_deepseek_trace() {
+  return (source_dir() / "traces/data/deepseek-v2-lite-intent.mtr").string();
+}
+
+// DeepSeek-V2-Lite on one 8 x H100 SXM node replaying the shipped trace, overlapped in two chunks
+// with contention (so that it happens): 2 warmup and 7 measured steps, the timeline of 3.
+inline SimSetup shipped_deepseek_setup(sim::WorkloadMode mode) {
+  SimSetup c;
+  c.arch = models::load_architecture("deepseek-v2-lite");
+  c.cluster = models::load_cluster("h100-sxm-8gpu");
+  c.profile = models::load_profile("h100-sxm");
+  c.ep = 8;
+  c.placement = identity_placement(c.arch, c.ep);
+  c.trace = shipped_deepseek_trace();
+  c.workload.mode = mode;
+  c.workload.batch_sequences = 16;
+  c.workload.tokens_per_step = 256;
+  c.options.warmup_steps = 2;
+  c.options.steps = 7;
+  c.options.timeline_steps = 3;
+  c.options.contention = true;
+  c.options.layer_chunks.assign(static_cast<std::size_t>(c.arch.num_layers), 2);
+  return c;
 }
 
 }  // namespace moesim::testing

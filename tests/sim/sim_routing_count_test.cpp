@@ -24,7 +24,7 @@ using namespace moesim;
 
 namespace {
 
-std::string shipped_trace() { return (moesim::testing::source_dir() / "traces/data/deepseek-v2-lite-intent.mtr").string(); }
+using moesim::testing::shipped_deepseek_trace;
 
 struct Setup {
   models::Architecture arch = models::load_architecture("deepseek-v2-lite");
@@ -56,7 +56,7 @@ struct Expected {
 
 // The first prefill step of the shipped trace, routed by hand.
 Expected count_by_hand(const Setup& c) {
-  auto reader = traces::open_trace(shipped_trace());
+  auto reader = traces::open_trace(shipped_deepseek_trace());
   auto source = sim::make_prefill_source(*reader, c.ep, c.workload.tokens_per_step);
   sim::StepBatch batch;
   REQUIRE(source->next(batch));
@@ -114,7 +114,7 @@ Expected count_by_hand(const Setup& c) {
 
 void check_routing(const Setup& c) {
   moesim::testing::SimCase sc{&c.arch, &c.cluster, &c.profile, &c.placement, &c.workload, c.ep, c.options, {}};
-  sc.open_trace = [] { return traces::open_trace(shipped_trace()); };
+  sc.open_trace = [] { return traces::open_trace(shipped_deepseek_trace()); };
   const auto r = moesim::testing::simulate_case(sc);
   const Expected x = count_by_hand(c);
   double total = 0.0;

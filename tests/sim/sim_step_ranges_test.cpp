@@ -20,25 +20,13 @@ using namespace moesim;
 
 namespace {
 
-struct Setup {
-  models::Architecture arch;
-  models::Cluster cluster;
-  models::Profile profile;
-  sim::Placement placement;
-  sim::Workload workload;
-  sim::SimOptions options;
-  std::string trace;  // a trace file, "" for workloads without one
-  traces::MemoryTrace memory;
-  int ep = 1;
-};
+using Setup = moesim::testing::SimSetup;
 
 sim::SimResult run(const Setup& c, int first, int end) {
-  moesim::testing::SimCase sc{&c.arch, &c.cluster, &c.profile, &c.placement, &c.workload, c.ep, c.options, {}};
-  sc.options.first_step = first;
-  sc.options.end_step = end;
-  if (!c.trace.empty()) sc.open_trace = [&] { return traces::open_trace(c.trace); };
-  if (c.memory.tokens.size() > 0) sc.open_trace = [&] { return traces::read_memory_trace(c.memory); };
-  return moesim::testing::simulate_case(sc);
+  sim::SimOptions options = c.options;
+  options.first_step = first;
+  options.end_step = end;
+  return moesim::testing::simulate_setup(c, options);
 }
 
 void close(double got, double want, const std::string& what) {
@@ -103,24 +91,7 @@ sim::SimResult in_ranges(const Setup& c, const std::vector<int>& cuts) {
   return sim::merge_step_ranges(parts);
 }
 
-Setup shipped_deepseek(sim::WorkloadMode mode) {
-  Setup c;
-  c.arch = models::load_architecture("deepseek-v2-lite");
-  c.cluster = models::load_cluster("h100-sxm-8gpu");
-  c.profile = models::load_profile("h100-sxm");
-  c.ep = 8;
-  c.placement = moesim::testing::identity_placement(c.arch, c.ep);
-  c.trace = (moesim::testing::source_dir() / "traces/data/deepseek-v2-lite-intent.mtr").string();
-  c.workload.mode = mode;
-  c.workload.batch_sequences = 16;
-  c.workload.tokens_per_step = 256;
-  c.options.warmup_steps = 2;
-  c.options.steps = 7;
-  c.options.timeline_steps = 3;
-  c.options.contention = true;
-  c.options.layer_chunks.assign(static_cast<std::size_t>(c.arch.num_layers), 2);  // overlapped: contention happens
-  return c;
-}
+Setup shipped_deepseek(sim::WorkloadMode mode) { return moesim::testing::shipped_deepseek_setup(mode); }
 
 }  // namespace
 

@@ -46,20 +46,8 @@ void check_identical(const Setup& c) {
 Setup shipped_deepseek(sim::WorkloadMode mode) { return moesim::testing::shipped_deepseek_setup(mode); }
 
 Setup toy_moe_training() {
-  Setup c;
-  c.arch = moesim::testing::toy_arch(4, 2);
-  c.cluster = moesim::testing::toy_cluster(2, 50e9, 2e-6);
-  c.profile = moesim::testing::toy_profile();
-  c.ep = 2;
-  c.placement = moesim::testing::identity_placement(c.arch, c.ep);
-  c.memory = moesim::testing::toy_trace(c.arch, 6, 40, [](int s, int t) { return std::vector<int>{(s + t) % 4, (s + t + 1) % 4}; });
-  c.workload.mode = sim::WorkloadMode::kTraining;
-  c.workload.tokens_per_step = 64;
-  c.workload.micro_batches = 2;
-  c.options.warmup_steps = 1;
-  c.options.steps = 4;
+  Setup c = moesim::testing::toy_moe_training_setup();
   c.options.timeline_steps = 2;
-  c.options.layer_chunks.assign(static_cast<std::size_t>(c.arch.num_layers), 2);
   return c;
 }
 
@@ -127,17 +115,7 @@ TEST_CASE("sim: building ahead gives the same decode and prefill on the shipped 
 TEST_CASE("sim: building ahead gives the same MoE training and synthetic workload, bit for bit") {
   SUBCASE("MoE training") { check_identical(toy_moe_training()); }
   SUBCASE("synthetic") {
-    Setup c;
-    c.arch = moesim::testing::toy_arch(2, 1);
-    c.cluster = moesim::testing::toy_cluster(4, 50e9, 1e-6);
-    c.profile = moesim::testing::toy_profile();
-    c.ep = 4;
-    c.workload.mode = sim::WorkloadMode::kSynthetic;
-    c.workload.synthetic_layers = 3;
-    c.workload.synthetic_compute = 50e-6;
-    c.workload.synthetic_a2a_bytes = 1 << 20;
-    c.options.warmup_steps = 1;
-    c.options.steps = 4;
+    Setup c = moesim::testing::toy_synthetic_setup(false);
     c.options.timeline_steps = 1;
     check_identical(c);
   }

@@ -210,4 +210,44 @@ inline SimSetup shipped_deepseek_setup(sim::WorkloadMode mode) {
   return c;
 }
 
+// MoE training of the toy architecture (4 experts, top-2) on 2 GPUs, two micro-batches of 64
+// tokens overlapped in two chunks: 1 warmup and 4 measured steps.
+inline SimSetup toy_moe_training_setup() {
+  SimSetup c;
+  c.arch = toy_arch(4, 2);
+  c.cluster = toy_cluster(2, 50e9, 2e-6);
+  c.profile = toy_profile();
+  c.ep = 2;
+  c.placement = identity_placement(c.arch, c.ep);
+  c.memory = toy_trace(c.arch, 6, 40, [](int s, int t) {
+    const int a = (s + t) % 4, b = (s + 2 * t + 1 + a) % 4;
+    return std::vector<int>{a, b == a ? (a + 1) % 4 : b};
+  });
+  c.workload.mode = sim::WorkloadMode::kTraining;
+  c.workload.tokens_per_step = 64;
+  c.workload.micro_batches = 2;
+  c.options.warmup_steps = 1;
+  c.options.steps = 4;
+  c.options.layer_chunks.assign(static_cast<std::size_t>(c.arch.num_layers), 2);
+  return c;
+}
+
+// The synthetic workload on 4 GPUs: 3 layers of 50 us compute and a 1 MiB all-to-all, 1 warmup and
+// 4 measured steps; `overlap`: each all-to-all with the compute before it.
+inline SimSetup toy_synthetic_setup(bool overlap) {
+  SimSetup c;
+  c.arch = toy_arch(2, 1);
+  c.cluster = toy_cluster(4, 50e9, 1e-6);
+  c.profile = toy_profile();
+  c.ep = 4;
+  c.workload.mode = sim::WorkloadMode::kSynthetic;
+  c.workload.synthetic_layers = 3;
+  c.workload.synthetic_compute = 50e-6;
+  c.workload.synthetic_a2a_bytes = 1 << 20;
+  c.workload.synthetic_overlap = overlap;
+  c.options.warmup_steps = 1;
+  c.options.steps = 4;
+  return c;
+}
+
 }  // namespace moesim::testing

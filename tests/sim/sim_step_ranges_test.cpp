@@ -135,19 +135,7 @@ TEST_CASE("sim: prefill on the shipped trace in two step ranges equals one engin
 
 TEST_CASE("sim: MoE and dense training, and the synthetic workload, in step ranges equal one engine") {
   SUBCASE("MoE training") {
-    Setup c;
-    c.arch = moesim::testing::toy_arch(4, 2);
-    c.cluster = moesim::testing::toy_cluster(2, 50e9, 2e-6);
-    c.profile = moesim::testing::toy_profile();
-    c.ep = 2;
-    c.placement = moesim::testing::identity_placement(c.arch, c.ep);
-    c.memory = moesim::testing::toy_trace(c.arch, 6, 40, [](int s, int t) { return std::vector<int>{(s + t) % 4, (s + 2 * t + 1 + (s + t) % 4) % 4 == (s + t) % 4 ? (s + t + 1) % 4 : (s + 2 * t + 1 + (s + t) % 4) % 4}; });
-    c.workload.mode = sim::WorkloadMode::kTraining;
-    c.workload.tokens_per_step = 64;
-    c.workload.micro_batches = 2;
-    c.options.warmup_steps = 1;
-    c.options.steps = 4;
-    c.options.layer_chunks.assign(static_cast<std::size_t>(c.arch.num_layers), 2);
+    const Setup c = moesim::testing::toy_moe_training_setup();
     check_same(in_ranges(c, {2, 3, 5}), run(c, 0, -1));
   }
   SUBCASE("dense training") {
@@ -169,18 +157,7 @@ TEST_CASE("sim: MoE and dense training, and the synthetic workload, in step rang
     check_same(in_ranges(c, {1, 3}), run(c, 0, -1));
   }
   SUBCASE("synthetic") {
-    Setup c;
-    c.arch = moesim::testing::toy_arch(2, 1);
-    c.cluster = moesim::testing::toy_cluster(4, 50e9, 1e-6);
-    c.profile = moesim::testing::toy_profile();
-    c.ep = 4;
-    c.workload.mode = sim::WorkloadMode::kSynthetic;
-    c.workload.synthetic_layers = 3;
-    c.workload.synthetic_compute = 50e-6;
-    c.workload.synthetic_a2a_bytes = 1 << 20;
-    c.workload.synthetic_overlap = true;
-    c.options.warmup_steps = 1;
-    c.options.steps = 4;
+    const Setup c = moesim::testing::toy_synthetic_setup(true);
     check_same(in_ranges(c, {3, 4, 5}), run(c, 0, -1));
   }
 }

@@ -98,16 +98,14 @@ void to_layer_major(const std::uint16_t* from, std::uint16_t* to, std::size_t n,
   }
 }
 
-// The graph of one step, built up front, started lazily. Edges are collected as (from, to) pairs
-// while building and turned into flat successor lists (in insertion order) by finalize(): no
-// per-task containers. The object is reused from step to step, keeping its capacity.
 // One MoE layer's tokens routed where every expert has a single holder and there are at most 8 EP
 // ranks (the common case, kept apart so that its loop holds its state in registers): per token,
 // count (rank, expert) in its chunk's table and its set of destination ranks per home.
 // slot[e] = holder * E + e, bit[e] = 1 << holder; chunk[i] is token i's chunk.
 [[gnu::noinline]] void route_single_holders(const std::uint16_t* ids, std::size_t n, std::size_t k, const int* home,
-                          const std::uint8_t* chunk, const std::int32_t* slot, const std::uint8_t* bit,
-                          long* const* tokens, long* const* sets, int set_bits) {
+                                            const std::uint8_t* chunk, const std::int32_t* slot,
+                                            const std::uint8_t* bit, long* const* tokens, long* const* sets,
+                                            int set_bits) {
   for (std::size_t i = 0; i < n; ++i, ids += k) {
     const std::size_t c = chunk[i];
     long* t = tokens[c];
@@ -120,6 +118,9 @@ void to_layer_major(const std::uint16_t* from, std::uint16_t* to, std::size_t n,
   }
 }
 
+// The graph of one step, built up front, started lazily. Edges are collected as (from, to) pairs
+// while building and turned into flat successor lists (in insertion order) by finalize(): no
+// per-task containers. The object is reused from step to step, keeping its capacity.
 struct StepGraph {
   std::vector<Task> tasks;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
@@ -569,7 +570,9 @@ void Replay::build_moe_layer(StepGraph& g, const StepBatch& batch, const std::ve
     route_single_holders(layer_ids, batch.size(), static_cast<std::size_t>(k), batch.home.data(), chunk.data(),
                          holder_slot_.data() + off, holder_bit_.data() + off, tokens.data(), sets.data(), kMaskRanks);
   }
-  for (std::size_t i = 0; i < (single_holders ? 0 : batch.size()); ++i) {
+  // The general loop: replicated experts, or more than kMaskRanks ranks.
+  const std::size_t general_tokens = single_holders ? 0 : batch.size();
+  for (std::size_t i = 0; i < general_tokens; ++i) {
     const int h = batch.home[i];
     // c = position * chunks / count, kept as a running quotient (no division per token).
     std::size_t c = 0;

@@ -129,10 +129,10 @@ Inputs load_inputs(const Scenario& s, const RunOptions& options) {
     } else {
       // The trace's hash keys a placement solved on its routing; for the results alone it is
       // computed while the simulations run (run_variant).
-      if (default_placement_registry().create(s.placement.policy)->needs_routing()) in.trace_sha256 = cached_sha256(s.trace);
+      const auto registry = default_placement_registry();
+      const auto policy = registry.create(s.placement.policy);
+      if (policy->needs_routing()) in.trace_sha256 = cached_sha256(s.trace);
       auto solve = [&] {
-        const auto registry = default_placement_registry();
-        const auto policy = registry.create(s.placement.policy);
         RoutingCounts routing;
         if (policy->needs_routing()) {
           auto r = traces::open_trace(s.trace);

@@ -20,15 +20,13 @@ if(MOESIM_TSAN)
 endif()
 target_include_directories(moesim_options INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR}/generated)
 
-# moesim_library(name dir deps...): a static library of every .cpp in `dir` (an empty one while a
-# folder has no sources yet).
+# moesim_library(name SOURCES file... DEPENDS target...): a static library of the listed sources
+# (relative to the calling folder), with the project's warnings and options.
 function(moesim_library name)
-  file(GLOB _sources CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
-  if(NOT _sources)
-    set(_empty ${CMAKE_CURRENT_BINARY_DIR}/${name}_empty.cpp)
-    file(WRITE ${_empty} "// no sources yet\n")
-    set(_sources ${_empty})
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPENDS" ${ARGN})
+  if(NOT ARG_SOURCES)
+    message(FATAL_ERROR "moesim_library(${name}): no SOURCES listed")
   endif()
-  add_library(${name} STATIC ${_sources})
-  target_link_libraries(${name} PUBLIC ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_link_libraries(${name} PUBLIC moesim_options ${ARG_DEPENDS})
 endfunction()

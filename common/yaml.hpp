@@ -11,12 +11,14 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/enum_table.hpp"
 #include "common/units.hpp"
 
 namespace moesim::common {
@@ -56,6 +58,11 @@ class YamlNode {
   // Scalars.
   std::string as_string() const;  // any non-empty scalar
   std::string as_enum(const std::vector<std::string>& allowed) const;
+  // One of an enum's names (common/enum_table.hpp), as its value; the error lists the table's names.
+  template <typename E>
+  E as_enum(std::span<const EnumName<E>> table) const {
+    return *enum_from_name<E>(table, as_enum(enum_names<E>(table)));
+  }
   bool as_bool() const;  // "true" or "false" only
   std::int64_t as_int(std::int64_t min = std::numeric_limits<std::int64_t>::min(),
                       std::int64_t max = std::numeric_limits<std::int64_t>::max()) const;

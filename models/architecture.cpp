@@ -189,6 +189,14 @@ void parse_moe(const YamlNode& node, Architecture& arch) {
   }
 }
 
+// The dtypes a model's weights and activations take: a profile's, less tf32 (a GEMM mode of fp32 data).
+std::vector<std::string> model_dtype_names() {
+  std::vector<std::string> names;
+  for (const auto& d : kDtypes)
+    if (d.value != Dtype::kTf32) names.emplace_back(d.name);
+  return names;
+}
+
 }  // namespace
 
 traces::TraceShape Architecture::trace_shape() const {
@@ -198,6 +206,14 @@ traces::TraceShape Architecture::trace_shape() const {
   shape.num_experts = num_experts;
   shape.top_k = top_k;
   return shape;
+}
+
+std::string trace_shape_mismatch(const traces::TraceShape& shape, const Architecture& arch) {
+  if (shape.layers == arch.moe_layers && shape.num_experts == arch.num_experts && shape.top_k == arch.top_k) return "";
+  return "expected a trace of " + arch.name + "'s routing (MoE layers " + common::describe_ranges(arch.moe_layers) +
+         ", " + std::to_string(arch.num_experts) + " experts, top-" + std::to_string(arch.top_k) + "), got one of " +
+         common::quoted(shape.architecture) + " (MoE layers " + common::describe_ranges(shape.layers) + ", " +
+         std::to_string(shape.num_experts) + " experts, top-" + std::to_string(shape.top_k) + ")";
 }
 
 Architecture parse_architecture(const YamlNode& root, const std::string& name) {
@@ -211,7 +227,7 @@ Architecture parse_architecture(const YamlNode& root, const std::string& name) {
   arch.num_layers = read_int(root.at("num_layers"), 1, kMaxLayers);
   arch.hidden_size = read_int(root.at("hidden_size"), 1, kMaxWidth);
   arch.vocab_size = read_int(root.at("vocab_size"), 1, kMaxVocab);
-  arch.dtype = root.at("dtype").as_enum({"bf16", "fp16", "fp8", "fp32"});
+  arch.dtype = *common::enum_from_name<Dtype>(kDtypes, root.at("dtype").as_enum(model_dtype_names()));
   arch.activation = root.at("activation").as_enum({"swiglu", "gelu"});
   arch.ffn_projections = arch.activation == "swiglu" ? 3 : 2;
   arch.attention = parse_attention(root.at("attention"));

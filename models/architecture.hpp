@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/yaml.hpp"
+#include "models/dtype.hpp"
 #include "traces/trace.hpp"
 
 namespace moesim::models {
@@ -42,11 +43,17 @@ struct Architecture {
   int ffn_projections = 3;  // derived from activation
   AttentionShape attention;
   int vocab_size = 0;
-  std::string dtype;        // "bf16", "fp16", "fp8", "fp32"
+  Dtype dtype = Dtype::kBf16;  // never kTf32
 
   bool is_moe() const { return !moe_layers.empty(); }
   traces::TraceShape trace_shape() const;  // the routing shape a trace of this model has
 };
+
+// The one check that a routing trace (or routing counts) fits an architecture: the same MoE layers,
+// expert count and top-k. Returns "" when it fits, else what differs ("expected a trace of NAME's
+// routing (MoE layers 1-26, 64 experts, top-6), got one of OTHER (...)"), for the caller to prefix
+// with its file or YAML location.
+std::string trace_shape_mismatch(const traces::TraceShape& shape, const Architecture& arch);
 
 // Validates every field; errors name the file, line and key path.
 Architecture parse_architecture(const common::YamlNode& root, const std::string& name);

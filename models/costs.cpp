@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <utility>
 
@@ -13,14 +14,14 @@ namespace moesim::models {
 
 namespace {
 
-const GemmTable& require_table(const Profile& profile, const std::string& dtype) {
+const GemmTable& require_table(const Profile& profile, Dtype dtype) {
   if (const GemmTable* t = profile.gemm_table(dtype)) return *t;
   std::vector<std::string> have;
-  for (const auto& t : profile.gemm) have.push_back(t.dtype);
+  for (const auto& t : profile.gemm) have.push_back(dtype_name(t.dtype));
   throw common::InputError("profile " + profile.name + " (" + profile.source_file + "): no GEMM table for dtype " +
-                           dtype + "; it has " + common::join(have, ", ") +
+                           dtype_name(dtype) + "; it has " + common::join(have, ", ") +
                            " (run the model in one of those, e.g. --set dtype=" + (have.empty() ? "bf16" : have[0]) +
-                           ", or use a profile of a GPU that supports " + dtype + ")");
+                           ", or use a profile of a GPU that supports " + dtype_name(dtype) + ")");
 }
 
 long ceil_div(long a, long b) { return (a + b - 1) / b; }
@@ -67,11 +68,12 @@ std::vector<Shape> attention_shapes(const Architecture& arch, int tp) {
   return {{(heads + 2.0 * kv) * d, hidden}, {hidden, heads * d}};
 }
 
-ExpertWork gemms_over(const Profile& profile, const std::string& dtype, double m, const std::vector<Shape>& shapes) {
+ExpertWork gemms_over(const Profile& profile, Dtype dtype, double m, const std::vector<Shape>& shapes) {
   ExpertWork w;
   for (const Shape& s : shapes) {
     w.time += gemm_time(profile, dtype, m, s.n, s.k);
     w.flops += gemm_flops(m, s.n, s.k);
+    w.bytes += gemm_bytes(dtype, m, s.n, s.k);
   }
   return w;
 }
@@ -97,11 +99,19 @@ std::pair<std::size_t, double> locate_log(const std::vector<double>& axis, doubl
 
 }  // namespace
 
-double dtype_bytes(const std::string& dtype) {
-  if (dtype == "bf16" || dtype == "fp16") return 2.0;
-  if (dtype == "fp8") return 1.0;
-  if (dtype == "fp32" || dtype == "tf32") return 4.0;
-  throw std::invalid_argument("unknown dtype \"" + dtype + "\"");
+double dtype_bytes(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kBf16:
+    case Dtype::kFp16:
+      return 2.0;
+    case Dtype::kFp8:
+      return 1.0;
+    case Dtype::kFp32:
+    case Dtype::kTf32:
+      return 4.0;
+  }
+  // Only a value cast from outside the enum gets here.
+  throw std::invalid_argument("unknown dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
 double interpolate_loglog(const std::vector<double>& x, const std::vector<double>& y, double at) {
@@ -119,9 +129,14 @@ double interpolate_loglog(const std::vector<double>& x, const std::vector<double
   return std::clamp(v, std::min(y[i], y[i + 1]), std::max(y[i], y[i + 1]));
 }
 
+double gemm_bytes(Dtype dtype, double m, double n, double k) {
+  const double in = dtype_bytes(dtype), out = dtype == Dtype::kFp8 ? 2.0 : in;
+  return in * (m * k + k * n) + out * m * n;
+}
+
 double gemm_flops(double m, double n, double k) { return 2.0 * m * n * k; }
 
-double gemm_time(const Profile& profile, const std::string& dtype, double m, double n, double k) {
+double gemm_time(const Profile& profile, Dtype dtype, double m, double n, double k) {
   if (m <= 0.0 || n <= 0.0 || k <= 0.0) return 0.0;
   const GemmTable& table = require_table(profile, dtype);
   // The simulator asks for tabulated shapes almost always: find those without any logarithm.
@@ -141,7 +156,8 @@ double gemm_time(const Profile& profile, const std::string& dtype, double m, dou
       best_aspect = aspect;
     }
   }
-  if (best == nullptr) throw common::InputError("profile " + profile.name + ": GEMM table " + dtype + " has no shapes");
+  if (best == nullptr)
+    throw common::InputError("profile " + profile.name + ": GEMM table " + dtype_name(dtype) + " has no shapes");
   const double t = interpolate_loglog(best->m, best->time, m);
   const double scale = (n * k) / (static_cast<double>(best->n) * static_cast<double>(best->k));
   const double floor = std::min(table.launch_floor, t);
@@ -184,6 +200,7 @@ ExpertWork grouped_expert_time(const Profile& profile, const Architecture& arch,
     for (const Shape& s : shapes) {
       w.time += gemm_time(profile, arch.dtype, m, s.n, s.k) - table.launch_floor;
       w.flops += gemm_flops(m, s.n, s.k);
+      w.bytes += gemm_bytes(arch.dtype, m, s.n, s.k);
     }
   }
   // One launch per projection for the whole group.
@@ -201,7 +218,7 @@ ExpertWork attention_core_time(const Profile& profile, const Architecture& arch,
   check_tp(tp);
   if (batch.new_tokens.size() != batch.context.size())
     throw std::invalid_argument("attention: new_tokens and context differ in length");
-  const std::string dtype = arch.dtype == "fp8" && profile.gemm_table("bf16") ? "bf16" : arch.dtype;
+  const Dtype dtype = arch.dtype == Dtype::kFp8 && profile.gemm_table(Dtype::kBf16) ? Dtype::kBf16 : arch.dtype;
   const GemmTable& table = require_table(profile, dtype);
   const double elem = dtype_bytes(dtype);
   const AttentionShape& a = arch.attention;
@@ -231,7 +248,7 @@ ExpertWork attention_core_time(const Profile& profile, const Architecture& arch,
   }
   if (flops == 0.0) return {};
   const double rate = table.peak_flops * profile.attention.flops_efficiency;
-  return {table.launch_floor + std::max(flops / rate, bytes / profile.device.hbm_bandwidth), flops};
+  return {table.launch_floor + std::max(flops / rate, bytes / profile.device.hbm_bandwidth), flops, bytes};
 }
 
 ExpertWork attention_time(const Profile& profile, const Architecture& arch, const AttentionBatch& batch, int tp) {
@@ -240,19 +257,27 @@ ExpertWork attention_time(const Profile& profile, const Architecture& arch, cons
   for (const long n : batch.new_tokens) tokens += n;
   if (tokens <= 0) return core;
   const ExpertWork proj = gemms_over(profile, arch.dtype, static_cast<double>(tokens), attention_shapes(arch, tp));
-  return {core.time + proj.time, core.flops + proj.flops};
+  return {core.time + proj.time, core.flops + proj.flops, core.bytes + proj.bytes};
 }
 
-double busbw_factor(const std::string& op, int ranks) {
+double busbw_factor(CollectiveOp op, int ranks) {
   if (ranks < 1) throw std::invalid_argument("busbw_factor: ranks must be >= 1");
   const double n = ranks;
-  if (op == "all_reduce") return 2.0 * (n - 1.0) / n;
-  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return (n - 1.0) / n;
-  if (op == "send_recv") return 1.0;
-  throw std::invalid_argument("unknown collective \"" + op + "\"");
+  switch (op) {
+    case CollectiveOp::kAllReduce:
+      return 2.0 * (n - 1.0) / n;
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllToAll:
+      return (n - 1.0) / n;
+    case CollectiveOp::kSendRecv:
+      return 1.0;
+  }
+  // Only a value cast from outside the enum gets here.
+  throw std::invalid_argument("unknown collective " + std::to_string(static_cast<int>(op)));
 }
 
-double collective_time(const Profile& profile, const std::string& op, int ranks, double bytes, double link_bandwidth,
+double collective_time(const Profile& profile, CollectiveOp op, int ranks, double bytes, double link_bandwidth,
                        double link_latency) {
   const double factor = busbw_factor(op, std::max(ranks, 1));
   if (ranks <= 1 || bytes <= 0.0) return 0.0;
@@ -273,52 +298,120 @@ double collective_time(const Profile& profile, const std::string& op, int ranks,
     return best->ranks == ranks ? t : t * factor / busbw_factor(op, best->ranks);
   }
   if (!(link_bandwidth > 0.0))
-    throw std::invalid_argument("collective_time: no " + op + " curve in profile " + profile.name +
+    throw std::invalid_argument("collective_time: no " + collective_op_name(op) + " curve in profile " + profile.name +
                                 " and no link bandwidth to model it");
   double steps = ranks - 1.0;
-  if (op == "all_reduce") steps = 2.0 * (ranks - 1.0);
-  if (op == "send_recv") steps = 1.0;
+  if (op == CollectiveOp::kAllReduce) steps = 2.0 * (ranks - 1.0);
+  if (op == CollectiveOp::kSendRecv) steps = 1.0;
   return steps * link_latency + bytes * factor / link_bandwidth;
 }
 
-Slowdown contention(const Profile& profile, const std::string& comm_op, double comm_bytes, double gemm_flops_count) {
-  if (comm_bytes <= 0.0 || gemm_flops_count <= 0.0) return {};
-  const auto& points = profile.contention.points;
-  auto grid_of = [&](const std::string& op) {
-    std::vector<const ContentionPoint*> grid;
-    for (const auto& p : points)
-      if (p.comm_op == op) grid.push_back(&p);
-    return grid;
-  };
-  std::vector<const ContentionPoint*> grid = grid_of(comm_op);
-  if (grid.empty()) grid = grid_of("any");
-  if (grid.empty()) return {};
-  std::vector<double> bytes_axis;
-  std::vector<double> flops_axis;
-  for (const ContentionPoint* p : grid) {
-    if (bytes_axis.empty() || p->comm_bytes > bytes_axis.back()) bytes_axis.push_back(p->comm_bytes);
-    if (bytes_axis.size() == 1) flops_axis.push_back(p->gemm_flops);
+namespace {
+
+// One grid of the contention table: its points (a full bytes x FLOP grid) and axes.
+struct ContentionGrid {
+  std::vector<const ContentionPoint*> points;
+  std::vector<double> bytes_axis, flops_axis;
+};
+
+ContentionGrid grid_of(const Profile& profile, const ContentionPoint& key) {
+  ContentionGrid g;
+  for (const auto& p : profile.contention.points)
+    if (p.comm_op == key.comm_op && p.compute == key.compute && p.comm_sms == key.comm_sms) g.points.push_back(&p);
+  for (const ContentionPoint* p : g.points) {
+    if (g.bytes_axis.empty() || p->comm_bytes > g.bytes_axis.back()) g.bytes_axis.push_back(p->comm_bytes);
+    if (g.bytes_axis.size() == 1) g.flops_axis.push_back(p->gemm_flops);
   }
-  if (bytes_axis.size() * flops_axis.size() != grid.size())
-    throw std::invalid_argument("contention: the " + grid.front()->comm_op + " points of profile " + profile.name +
-                                " are not a full grid");
-  const auto [i, fi] = locate_log(bytes_axis, comm_bytes);
-  const auto [j, fj] = locate_log(flops_axis, gemm_flops_count);
-  const std::size_t cols = flops_axis.size();
+  if (g.bytes_axis.size() * g.flops_axis.size() != g.points.size())
+    throw std::invalid_argument("contention: the " + contention_op_name(key.comm_op) + " points of profile " +
+                                profile.name + " are not a full grid");
+  return g;
+}
+
+// Log-linear in bytes and FLOP within the grid, clamped outside.
+Slowdown blend(const ContentionGrid& g, double comm_bytes, double gemm_flops) {
+  const auto bytes_at = locate_log(g.bytes_axis, comm_bytes);
+  const auto flops_at = locate_log(g.flops_axis, gemm_flops);
+  const std::size_t i = bytes_at.first, j = flops_at.first;
+  const double fi = bytes_at.second, fj = flops_at.second;
+  const std::size_t cols = g.flops_axis.size();
   auto at = [&](std::size_t r, std::size_t c) {
-    return grid[std::min(r, bytes_axis.size() - 1) * cols + std::min(c, cols - 1)];
+    return g.points[std::min(r, g.bytes_axis.size() - 1) * cols + std::min(c, cols - 1)];
   };
-  auto blend = [&](double ContentionPoint::*field) {
+  auto mix = [&](double ContentionPoint::*field) {
     const double top = (1.0 - fj) * at(i, j)->*field + fj * at(i, j + 1)->*field;
     const double bottom = (1.0 - fj) * at(i + 1, j)->*field + fj * at(i + 1, j + 1)->*field;
     return std::max(1.0, (1.0 - fi) * top + fi * bottom);
   };
-  return {blend(&ContentionPoint::compute_slowdown), blend(&ContentionPoint::comm_slowdown)};
+  return {mix(&ContentionPoint::compute_slowdown), mix(&ContentionPoint::comm_slowdown)};
 }
 
-double state_power(const Profile& profile, GpuState state, const std::string& dtype, double power_cap) {
+// The most specific (op, class) pair that has grids: this op before "any", this class before "any".
+std::optional<std::pair<std::optional<CollectiveOp>, std::optional<ComputeClass>>> grid_family(
+    const Profile& profile, const ContentionQuery& q) {
+  for (const std::optional<CollectiveOp> op : {std::optional<CollectiveOp>(q.comm_op), std::optional<CollectiveOp>()})
+    for (const std::optional<ComputeClass> cls : {std::optional<ComputeClass>(q.compute), std::optional<ComputeClass>()})
+      for (const auto& p : profile.contention.points)
+        if (p.comm_op == op && p.compute == cls) return std::make_pair(op, cls);
+  return std::nullopt;
+}
+
+}  // namespace
+
+ComputeClass compute_class(const Profile& profile, Dtype dtype, double flops, double bytes) {
+  const GemmTable* table = profile.gemm_table(dtype);
+  if (!table || !(table->peak_flops > 0.0) || !(profile.device.hbm_bandwidth > 0.0) || !(bytes > 0.0))
+    return ComputeClass::kComputeBound;
+  const double ridge = table->peak_flops / profile.device.hbm_bandwidth;
+  return flops / bytes < ridge ? ComputeClass::kMemoryBound : ComputeClass::kComputeBound;
+}
+
+Slowdown contention(const Profile& profile, const ContentionQuery& q) {
+  if (q.comm_bytes <= 0.0 || q.gemm_flops <= 0.0) return {};
+  const auto family = grid_family(profile, q);
+  if (!family) return {};
+  const int sms = q.comm_sms >= 0 ? q.comm_sms : profile.contention.comm_sms;
+  // The SM counts this family has grids for (-1: "any").
+  std::vector<int> counts;
+  for (const auto& p : profile.contention.points)
+    if (p.comm_op == family->first && p.compute == family->second &&
+        std::find(counts.begin(), counts.end(), p.comm_sms) == counts.end())
+      counts.push_back(p.comm_sms);
+  std::sort(counts.begin(), counts.end());
+  auto at = [&](int c) {
+    ContentionPoint key;
+    key.comm_op = family->first;
+    key.compute = family->second;
+    key.comm_sms = c;
+    return blend(grid_of(profile, key), q.comm_bytes, q.gemm_flops);
+  };
+  const bool any = counts.front() == -1;
+  if (sms >= 0 && std::find(counts.begin(), counts.end(), sms) != counts.end()) return at(sms);
+  if (sms == 0) return {};  // no SM held and no grid for it: nothing slows
+  // Bracketed by two counts: linear in SMs.
+  int below = -1, above = -1;
+  for (int c : counts) {
+    if (c >= 0 && c < sms) below = c;
+    if (c > sms && above < 0) above = c;
+  }
+  if (sms > 0 && below >= 0 && above > 0) {
+    const Slowdown lo = at(below), hi = at(above);
+    const double f = static_cast<double>(sms - below) / (above - below);
+    return {lo.compute + f * (hi.compute - lo.compute), lo.comm + f * (hi.comm - lo.comm)};
+  }
+  if (any) return at(-1);
+  // Outside the counts measured: the nearest (or, SMs unknown, the largest count).
+  if (sms < 0) return at(counts.back());
+  return at(below >= 0 ? (above > 0 && above - sms < sms - below ? above : below) : above);
+}
+
+Slowdown contention(const Profile& profile, CollectiveOp comm_op, double comm_bytes, double gemm_flops_count) {
+  return contention(profile, ContentionQuery{comm_op, comm_bytes, gemm_flops_count, ComputeClass::kComputeBound, -1});
+}
+
+double state_power(const Profile& profile, GpuState state, Dtype dtype, double power_cap) {
   const PowerModel& p = profile.power;
-  auto by_dtype = [&](const std::map<std::string, double>& m) {
+  auto by_dtype = [&](const std::map<Dtype, double>& m) {
     if (auto it = m.find(dtype); it != m.end()) return it->second;
     double highest = p.idle;
     for (const auto& [d, w] : m) highest = std::max(highest, w);

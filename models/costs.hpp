@@ -21,8 +21,10 @@ double interpolate_loglog(const std::vector<double>& x, const std::vector<double
 // the efficiency curve (FLOP/s over m) of the nearest tabulated shape (by log distance of n*k, then of
 // n/k): its time above the table's launch floor is scaled by (n*k) / (n'*k'), the floor kept.
 // Throws InputError when the profile has no table for `dtype`.
-double gemm_time(const Profile& profile, const std::string& dtype, double m, double n, double k);
+double gemm_time(const Profile& profile, Dtype dtype, double m, double n, double k);
 double gemm_flops(double m, double n, double k);  // 2 m n k
+// HBM bytes of one GEMM: operands read in `dtype`, the result written (FP8 GEMMs write BF16).
+double gemm_bytes(Dtype dtype, double m, double n, double k);
 
 // Every (n, k) GEMM shape the functions below ask for, for `arch` at tensor-parallel degree `tp`:
 // routed experts, shared experts (one and all fused), the dense FFN, the attention projections, and
@@ -41,6 +43,7 @@ std::vector<GemmShape> gemm_shapes(const Architecture& arch, int tp);
 struct ExpertWork {
   double time = 0.0;   // s
   double flops = 0.0;  // FLOP
+  double bytes = 0.0;  // HBM traffic: operands read and results written (GEMMs), KV cache and activations (attention)
 };
 ExpertWork grouped_expert_time(const Profile& profile, const Architecture& arch, const std::vector<long>& tokens_per_expert,
                                int tp);
@@ -68,22 +71,38 @@ ExpertWork dense_ffn_time(const Profile& profile, const Architecture& arch, long
 
 // Collective time from the profile's tables (nearest rank count, interpolated in bytes); falls back
 // to a ring model over `link_bandwidth` when the profile has no curve for `op`.
-double collective_time(const Profile& profile, const std::string& op, int ranks, double bytes, double link_bandwidth,
+double collective_time(const Profile& profile, CollectiveOp op, int ranks, double bytes, double link_bandwidth,
                        double link_latency);
 // nccl-tests bus-bandwidth factor: all_reduce 2(n-1)/n, all_gather/reduce_scatter/all_to_all (n-1)/n, send_recv 1.
-double busbw_factor(const std::string& op, int ranks);
+double busbw_factor(CollectiveOp op, int ranks);
 
-// Contention slowdowns (>= 1) for a GEMM of `gemm_flops` overlapping `comm_bytes` of `comm_op`.
+// Contention slowdowns (>= 1) for a compute kernel of `gemm_flops` and class `compute` overlapping
+// `comm_bytes` of `comm_op` whose kernels hold `comm_sms` SMs (-1: the profile's comm_sms).
+// The grid: of this op, else "any"; of this class, else "any"; of these SMs, else the two grids of
+// the nearest SM counts above and below (linear in SMs), else "any", else the nearest. Communication
+// that holds no SM (a copy engine, RDMA: comm_sms 0) slows nothing unless a grid for 0 SMs says so.
 struct Slowdown {
   double compute = 1.0;
   double comm = 1.0;
 };
-Slowdown contention(const Profile& profile, const std::string& comm_op, double comm_bytes, double gemm_flops);
+struct ContentionQuery {
+  CollectiveOp comm_op = CollectiveOp::kAllToAll;
+  double comm_bytes = 0.0;
+  double gemm_flops = 0.0;
+  ComputeClass compute = ComputeClass::kComputeBound;
+  int comm_sms = -1;
+};
+Slowdown contention(const Profile& profile, const ContentionQuery& query);
+// The same for a compute-bound kernel and the profile's SM count.
+Slowdown contention(const Profile& profile, CollectiveOp comm_op, double comm_bytes, double gemm_flops);
+// The roofline class of a kernel doing `flops` over `bytes` of HBM traffic in `dtype`: memory-bound
+// below the ridge peak FLOP/s / HBM bytes/s (compute-bound when the profile gives neither figure).
+ComputeClass compute_class(const Profile& profile, Dtype dtype, double flops, double bytes);
 
 enum class GpuState { kIdle, kCompute, kComm, kBoth };
 // Power in `state` under a power cap (0 = none): never above the cap. A dtype the profile gives no
 // watts for takes the highest compute (or overlapped) figure it has.
-double state_power(const Profile& profile, GpuState state, const std::string& dtype, double power_cap);
+double state_power(const Profile& profile, GpuState state, Dtype dtype, double power_cap);
 // Compute speed factor (<= 1) under a power cap (0 = none), from the profile's cap curve: linear
 // between points, 1 at the uncapped end, and below the lowest point speed proportional to the cap.
 double cap_speed_factor(const Profile& profile, double power_cap);
@@ -93,6 +112,6 @@ double cap_speed_factor(const Profile& profile, double power_cap);
 double clock_speed_factor(const Profile& profile, double sm_clock_limit);
 double clock_power_factor(const Profile& profile, double sm_clock_limit);
 
-double dtype_bytes(const std::string& dtype);  // bf16/fp16 2, fp8 1, fp32/tf32 4
+double dtype_bytes(Dtype dtype);  // bf16/fp16 2, fp8 1, fp32/tf32 4
 
 }  // namespace moesim::models

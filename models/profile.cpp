@@ -24,10 +24,10 @@ namespace {
 using common::UnitKind;
 using common::YamlNode;
 
-const std::vector<std::string> kDtypes{"bf16", "fp16", "fp8", "fp32", "tf32"};
-const std::vector<std::string> kOps{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"};
 const std::vector<std::string> kScopes{"intra_node", "inter_node"};
 const std::vector<std::string> kLinkClasses{"nvlink", "pcie", "nic"};
+// The contention grid for the ops without a grid of their own (ContentionPoint::comm_op nullopt).
+constexpr const char* kAnyOp = "any";
 constexpr int kMaxBaseDepth = 16;
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 30;
 constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
@@ -183,7 +183,7 @@ GemmTable parse_gemm_table(const YamlNode& node) {
   node.expect_map();
   node.allow_keys({"dtype", "peak_tflops", "launch_floor", "source", "m", "shapes"});
   GemmTable t;
-  t.dtype = node.at("dtype").as_enum(kDtypes);
+  t.dtype = node.at("dtype").as_enum<Dtype>(kDtypes);
   t.peak_flops = positive_double(node.at("peak_tflops"), 1e6) * 1e12;
   t.provenance = parse_source(node);
   std::optional<YamlNode> floor_node = node.find("launch_floor");
@@ -252,10 +252,11 @@ CollectiveCurve parse_collective(const YamlNode& node) {
   for (const auto& k : kCollectiveKeys) allowed.emplace_back(k.key);
   node.allow_keys(allowed);
   CollectiveCurve c;
-  c.op = node.at("op").as_enum(kOps);
+  c.op = node.at("op").as_enum<CollectiveOp>(kCollectiveOps);
   const YamlNode ranks = node.at("ranks");
   c.ranks = static_cast<int>(ranks.as_int(2, kMaxRanks));
-  if (c.op == "send_recv" && c.ranks != 2) ranks.fail_expected("2 for send_recv (one sender, one receiver)");
+  if (c.op == CollectiveOp::kSendRecv && c.ranks != 2)
+    ranks.fail_expected("2 for send_recv (one sender, one receiver)");
   c.scope = node.at("scope").as_enum(kScopes);
   c.provenance = parse_source(node);
   NumberList bytes = read_numbers(node.at("bytes"), 1.0);
@@ -264,9 +265,9 @@ CollectiveCurve parse_collective(const YamlNode& node) {
   check_same_size(values, bytes, "bytes");
   // nccl-tests: algbw = bytes / time, busbw = algbw * factor(op, ranks).
   double factor = 1.0;
-  if (c.op == "all_reduce")
+  if (c.op == CollectiveOp::kAllReduce)
     factor = 2.0 * (c.ranks - 1) / c.ranks;
-  else if (c.op != "send_recv")
+  else if (c.op != CollectiveOp::kSendRecv)
     factor = static_cast<double>(c.ranks - 1) / c.ranks;
   NumberList times = values;
   for (std::size_t i = 0; i < values.values.size(); ++i) {
@@ -293,28 +294,48 @@ LinkFigures parse_link(const YamlNode& node) {
 
 ContentionTable parse_contention(const YamlNode& node) {
   node.expect_map();
-  node.allow_keys({"source", "comm_source", "grids"});
+  node.allow_keys({"source", "comm_source", "comm_sms", "comm_sms_source", "grids"});
   ContentionTable t;
   t.provenance = parse_source(node);
   t.comm_provenance = node.has("comm_source") ? parse_source(node, "comm_source") : t.provenance;
+  if (auto sms = node.find("comm_sms")) {
+    t.comm_sms = static_cast<int>(sms->as_int(0, 4096));
+    if (!node.has("comm_sms_source")) sms->fail("expected comm_sms_source beside comm_sms (where the SM count comes from)");
+    t.sms_provenance = parse_source(node, "comm_sms_source");
+  }
   const YamlNode grids = node.at("grids");
   const std::vector<YamlNode> items = grids.items();
   if (items.empty()) grids.fail_expected("at least one grid");
-  std::vector<std::string> ops = kOps;
-  ops.emplace_back("any");
+  std::vector<std::string> ops = common::enum_names<CollectiveOp>(kCollectiveOps);
+  ops.emplace_back(kAnyOp);
   std::set<std::string> seen;
   for (const YamlNode& grid : items) {
     grid.expect_map();
-    grid.allow_keys({"comm_op", "comm_bytes", "gemm_flop", "compute_slowdown", "comm_slowdown"});
+    grid.allow_keys({"comm_op", "compute", "comm_sms", "comm_bytes", "gemm_flop", "compute_slowdown", "comm_slowdown"});
     const YamlNode op_node = grid.at("comm_op");
     const std::string op = op_node.as_enum(ops);
-    if (!seen.insert(op).second) op_node.fail("expected one grid per comm_op, got " + op + " again");
+    // kAnyOp, the one name outside the table, reads as nullopt.
+    const std::optional<CollectiveOp> comm_op = common::enum_from_name<CollectiveOp>(kCollectiveOps, op);
+    std::optional<ComputeClass> compute;
+    std::string compute_name = kAnyOp;
+    if (auto c = grid.find("compute")) {
+      std::vector<std::string> classes = common::enum_names<ComputeClass>(kComputeClasses);
+      classes.emplace_back(kAnyOp);
+      compute_name = c->as_enum(classes);
+      compute = common::enum_from_name<ComputeClass>(kComputeClasses, compute_name);
+    }
+    int comm_sms = -1;
+    if (auto s = grid.find("comm_sms")) comm_sms = static_cast<int>(s->as_int(0, 4096));
+    const std::string key = op + "/" + compute_name + "/" + std::to_string(comm_sms);
+    if (!seen.insert(key).second)
+      op_node.fail("expected one grid per (comm_op, compute, comm_sms), got comm_op " + op + ", compute " + compute_name +
+                   ", comm_sms " + (comm_sms < 0 ? std::string(kAnyOp) : std::to_string(comm_sms)) + " again");
     NumberList bytes = read_numbers(grid.at("comm_bytes"), 1.0);
     check_increasing(bytes, "sizes");
     NumberList flops = read_numbers(grid.at("gemm_flop"), 1.0);
     check_increasing(flops, "FLOP counts");
-    auto read_matrix = [&](std::string_view key) {
-      const YamlNode matrix = grid.at(key);
+    auto read_matrix = [&](std::string_view field) {
+      const YamlNode matrix = grid.at(field);
       const std::vector<YamlNode> rows = matrix.items();
       if (rows.size() != bytes.values.size())
         matrix.fail("expected " + std::to_string(bytes.values.size()) + " rows (one per entry of comm_bytes), got " +
@@ -330,25 +351,35 @@ ContentionTable parse_contention(const YamlNode& node) {
       }
       return out;
     };
-    const auto compute = read_matrix("compute_slowdown");
+    const auto compute_slow = read_matrix("compute_slowdown");
     const auto comm = read_matrix("comm_slowdown");
     for (std::size_t i = 0; i < bytes.values.size(); ++i)
       for (std::size_t j = 0; j < flops.values.size(); ++j)
-        t.points.push_back({op, bytes.values[i], flops.values[j], compute[i][j], comm[i][j]});
+        t.points.push_back({comm_op, compute, comm_sms, bytes.values[i], flops.values[j], compute_slow[i][j], comm[i][j]});
   }
   return t;
 }
 
-std::map<std::string, double> parse_dtype_watts(const YamlNode& node, double max_power) {
+std::map<Dtype, double> parse_dtype_watts(const YamlNode& node, double max_power) {
   node.expect_map();
-  node.allow_keys(kDtypes);
-  std::map<std::string, double> out;
-  for (const std::string& key : node.keys()) out[key] = node.at(key).as_unit(UnitKind::kPower, 0.0, max_power);
+  node.allow_keys(common::enum_names<Dtype>(kDtypes));
+  std::map<Dtype, double> out;
+  for (const std::string& key : node.keys())
+    out[*common::enum_from_name<Dtype>(kDtypes, key)] = node.at(key).as_unit(UnitKind::kPower, 0.0, max_power);
   if (out.empty()) node.fail_expected("watts for at least one dtype");
   return out;
 }
 
 std::string watts(double w) { return common::format_unit(w, UnitKind::kPower); }
+
+// Watts by dtype in the order of the dtype names, the order in which profiles have always been
+// checked and written (a map keyed by Dtype puts fp8 before fp32).
+std::vector<std::pair<Dtype, double>> by_dtype_name(const std::map<Dtype, double>& watts_by_dtype) {
+  std::vector<std::pair<Dtype, double>> out(watts_by_dtype.begin(), watts_by_dtype.end());
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return dtype_name(a.first) < dtype_name(b.first); });
+  return out;
+}
 
 PowerModel parse_power(const YamlNode& node) {
   node.expect_map();
@@ -367,16 +398,18 @@ PowerModel parse_power(const YamlNode& node) {
   p.communication = comm.as_unit(UnitKind::kPower, p.idle, p.max_power);
   const YamlNode overlapped = node.at("overlapped");
   p.overlapped = parse_dtype_watts(overlapped, p.max_power);
-  for (const auto& [dtype, w] : p.compute) {
-    if (w < p.idle) compute.at(dtype).fail_expected("at least the idle power (" + watts(p.idle) + ")");
+  for (const auto& [dtype, w] : by_dtype_name(p.compute)) {
+    const std::string name = dtype_name(dtype);
+    if (w < p.idle) compute.at(name).fail_expected("at least the idle power (" + watts(p.idle) + ")");
     auto both = p.overlapped.find(dtype);
-    if (both == p.overlapped.end()) overlapped.fail("expected watts for every dtype of compute, got none for " + dtype);
+    if (both == p.overlapped.end()) overlapped.fail("expected watts for every dtype of compute, got none for " + name);
     if (both->second < std::max(w, p.communication))
-      overlapped.at(dtype).fail_expected("at least the compute (" + watts(w) + ") and communication (" +
-                                         watts(p.communication) + ") powers");
+      overlapped.at(name).fail_expected("at least the compute (" + watts(w) + ") and communication (" +
+                                        watts(p.communication) + ") powers");
   }
-  for (const auto& [dtype, w] : p.overlapped)
-    if (!p.compute.count(dtype)) overlapped.at(dtype).fail("expected only dtypes that compute gives, got " + dtype);
+  for (const auto& [dtype, w] : by_dtype_name(p.overlapped))
+    if (!p.compute.count(dtype))
+      overlapped.at(dtype_name(dtype)).fail("expected only dtypes that compute gives, got " + dtype_name(dtype));
 
   const YamlNode cap = node.at("cap_curve");
   cap.expect_map();
@@ -465,7 +498,7 @@ Profile parse_sections(const YamlNode& root, const std::string& name) {
     for (const YamlNode& t : tables) {
       GemmTable table = parse_gemm_table(t);
       if (p.gemm_table(table.dtype))
-        t.at("dtype").fail("expected one GEMM table per dtype, got " + table.dtype + " again");
+        t.at("dtype").fail("expected one GEMM table per dtype, got " + dtype_name(table.dtype) + " again");
       p.gemm.push_back(std::move(table));
     }
   }
@@ -474,7 +507,7 @@ Profile parse_sections(const YamlNode& root, const std::string& name) {
       CollectiveCurve curve = parse_collective(item);
       for (const CollectiveCurve& o : p.collectives)
         if (o.op == curve.op && o.ranks == curve.ranks && o.scope == curve.scope)
-          item.fail("expected one curve per (op, ranks, scope), got " + curve.op + " on " +
+          item.fail("expected one curve per (op, ranks, scope), got " + collective_op_name(curve.op) + " on " +
                     std::to_string(curve.ranks) + " ranks " + curve.scope + " again");
       p.collectives.push_back(std::move(curve));
     }
@@ -598,6 +631,10 @@ std::string source_kind_name(SourceKind kind) {
 
 bool has_source(const Provenance& provenance) { return !provenance.detail.empty(); }
 
+std::string contention_op_name(const std::optional<CollectiveOp>& comm_op) {
+  return comm_op ? collective_op_name(*comm_op) : kAnyOp;
+}
+
 std::vector<std::string> Profile::source_kinds() const {
   std::set<std::string> kinds;
   auto add = [&](const Provenance& p) {
@@ -621,7 +658,7 @@ std::vector<std::string> Profile::source_kinds() const {
   return out;
 }
 
-const GemmTable* Profile::gemm_table(const std::string& dtype) const {
+const GemmTable* Profile::gemm_table(Dtype dtype) const {
   for (const auto& t : gemm)
     if (t.dtype == dtype) return &t;
   return nullptr;
@@ -662,7 +699,7 @@ std::string profile_to_yaml(const Profile& p) {
   if (!p.gemm.empty()) {
     y << "gemm:\n";
     for (const GemmTable& t : p.gemm) {
-      y << "  - dtype: " << t.dtype << "\n    peak_tflops: " << number(t.peak_flops / 1e12)
+      y << "  - dtype: " << dtype_name(t.dtype) << "\n    peak_tflops: " << number(t.peak_flops / 1e12)
         << "\n    launch_floor: " << unit_value(t.launch_floor, "us", 1e-6)
         << "\n    source: " << source_yaml(t.provenance) << "\n";
       const bool shared_m =
@@ -681,13 +718,13 @@ std::string profile_to_yaml(const Profile& p) {
     y << "collectives:\n";
     for (const CollectiveCurve& c : p.collectives) {
       double factor = 1.0;
-      if (c.op == "all_reduce")
+      if (c.op == CollectiveOp::kAllReduce)
         factor = 2.0 * (c.ranks - 1) / c.ranks;
-      else if (c.op != "send_recv")
+      else if (c.op != CollectiveOp::kSendRecv)
         factor = static_cast<double>(c.ranks - 1) / c.ranks;
       std::vector<double> busbw;
       for (std::size_t i = 0; i < c.bytes.size(); ++i) busbw.push_back(c.bytes[i] * factor / c.time[i]);
-      y << "  - op: " << c.op << "\n    ranks: " << c.ranks << "\n    scope: " << c.scope
+      y << "  - op: " << collective_op_name(c.op) << "\n    ranks: " << c.ranks << "\n    scope: " << c.scope
         << "\n    source: " << source_yaml(c.provenance) << "\n    bytes: " << flow(c.bytes)
         << "\n    busbw_GBps: " << flow(busbw, 1e9) << "\n";
     }
@@ -707,12 +744,18 @@ std::string profile_to_yaml(const Profile& p) {
   if (has_source(p.contention.provenance)) {
     const ContentionTable& c = p.contention;
     y << "contention:\n  source: " << source_yaml(c.provenance) << "\n  comm_source: " << source_yaml(c.comm_provenance)
-      << "\n  grids:\n";
+      << "\n";
+    if (c.comm_sms >= 0)
+      y << "  comm_sms: " << c.comm_sms << "\n  comm_sms_source: " << source_yaml(c.sms_provenance) << "\n";
+    y << "  grids:\n";
     std::size_t i = 0;
+    auto same_grid = [](const ContentionPoint& a, const ContentionPoint& b) {
+      return a.comm_op == b.comm_op && a.compute == b.compute && a.comm_sms == b.comm_sms;
+    };
     while (i < c.points.size()) {
-      const std::string& op = c.points[i].comm_op;
+      const std::optional<CollectiveOp> op = c.points[i].comm_op;
       std::size_t end = i;
-      while (end < c.points.size() && c.points[end].comm_op == op) ++end;
+      while (end < c.points.size() && same_grid(c.points[end], c.points[i])) ++end;
       std::vector<double> bytes;
       std::vector<double> flops;
       for (std::size_t j = i; j < end; ++j) {
@@ -721,8 +764,12 @@ std::string profile_to_yaml(const Profile& p) {
         if (std::find(flops.begin(), flops.end(), c.points[j].gemm_flops) == flops.end())
           flops.push_back(c.points[j].gemm_flops);
       }
-      y << "    - comm_op: " << op << "\n      comm_bytes: " << flow(bytes) << "\n      gemm_flop: " << flow(flops)
-        << "\n";
+      y << "    - comm_op: " << contention_op_name(op) << "\n";
+      if (c.points[i].compute)
+        y << "      compute: " << common::enum_name<ComputeClass>(kComputeClasses, *c.points[i].compute) << "\n";
+      if (c.points[i].comm_sms >= 0) y << "      comm_sms: " << c.points[i].comm_sms << "\n";
+      y << "      comm_bytes: " << flow(bytes)
+        << "\n      gemm_flop: " << flow(flops) << "\n";
       for (const char* key : {"compute_slowdown", "comm_slowdown"}) {
         y << "      " << key << ": [";
         for (std::size_t r = 0; r < bytes.size(); ++r) {
@@ -741,11 +788,11 @@ std::string profile_to_yaml(const Profile& p) {
 
   if (has_source(p.power.provenance)) {
     const PowerModel& w = p.power;
-    auto dtype_map = [&](const std::map<std::string, double>& m) {
+    auto dtype_map = [&](const std::map<Dtype, double>& m) {
       std::string out = "{";
       bool first = true;
-      for (const auto& [k, v] : m) {
-        out += (first ? "" : ", ") + k + ": " + unit_value(v, "W", 1.0);
+      for (const auto& [k, v] : by_dtype_name(m)) {
+        out += (first ? "" : ", ") + dtype_name(k) + ": " + unit_value(v, "W", 1.0);
         first = false;
       }
       return out + "}";

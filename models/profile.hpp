@@ -7,10 +7,13 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/yaml.hpp"
+#include "models/collective_op.hpp"
+#include "models/dtype.hpp"
 
 namespace moesim::models {
 
@@ -31,7 +34,7 @@ struct GemmCurve {
 };
 
 struct GemmTable {
-  std::string dtype;  // "bf16", "fp16", "fp8", "fp32", "tf32"
+  Dtype dtype = Dtype::kBf16;
   Provenance provenance;
   double peak_flops = 0.0;  // FLOP/s the table's efficiencies are relative to (datasheet dense peak)
   // s: the fixed cost of one kernel launch, included once in every tabulated time; a grouped GEMM
@@ -43,7 +46,7 @@ struct GemmTable {
 // Collective time by message size for one operation and rank count (nccl-tests semantics: `bytes` is
 // the per-rank buffer size; algbw = bytes / time; busbw = algbw * factor(op, ranks)).
 struct CollectiveCurve {
-  std::string op;  // "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"
+  CollectiveOp op = CollectiveOp::kAllReduce;
   int ranks = 0;
   std::string scope;  // "intra_node" or "inter_node"
   Provenance provenance;
@@ -59,31 +62,46 @@ struct LinkFigures {
   Provenance provenance;
 };
 
+// What limits a compute kernel (by the roofline: its FLOP per byte of HBM traffic against the GPU's
+// peak FLOP/s per byte/s): the SMs, or memory bandwidth (decode GEMMs, decode attention).
+enum class ComputeClass { kComputeBound, kMemoryBound };
+inline constexpr std::array<common::EnumName<ComputeClass>, 2> kComputeClasses{
+    {{ComputeClass::kComputeBound, "compute_bound"}, {ComputeClass::kMemoryBound, "memory_bound"}}};
+
 // Slowdown factors (>= 1: time with overlap / time alone) at grid points; interpolated log-linearly
-// in the communication bytes and the GEMM FLOP between grid points, clamped outside.
+// in the communication bytes and the GEMM FLOP between grid points, clamped outside. A grid is for
+// one communication op (or any), one compute class (or any) and the SMs the communication's kernels
+// hold (or any; 0: a copy engine or RDMA, which takes no SM).
 struct ContentionPoint {
-  std::string comm_op;  // the communication that overlaps ("all_to_all", "all_gather", ...; "any")
+  std::optional<CollectiveOp> comm_op;  // the communication that overlaps; nullopt: "any"
+  std::optional<ComputeClass> compute;  // the kind of kernel slowed; nullopt: "any"
+  int comm_sms = -1;                    // SMs the communication holds; -1: "any"
   double comm_bytes = 0.0;
   double gemm_flops = 0.0;
   double compute_slowdown = 1.0;  // GEMM time overlapped / alone
   double comm_slowdown = 1.0;     // communication time overlapped / alone
 };
 
-// Points come as full grids: for each comm_op, every (comm_bytes, gemm_flops) pair of its axes, in
-// order (comm_op, then comm_bytes, then gemm_flops, each increasing). "any" applies to ops without a grid.
+// Points come as full grids: for each (comm_op, compute, comm_sms), every (comm_bytes, gemm_flops)
+// pair of its axes, in order (grid, then comm_bytes, then gemm_flops, each increasing). "any" applies
+// where no grid is more specific (models::contention says how one is chosen).
 struct ContentionTable {
   Provenance provenance;       // of compute_slowdown
   Provenance comm_provenance;  // of comm_slowdown
   std::vector<ContentionPoint> points;
+  // SMs a collective's kernels hold when the scenario does not say (NCCL's channels), and its source.
+  int comm_sms = -1;  // -1: not given (only grids without SMs apply)
+  Provenance sms_provenance;
 };
+std::string contention_op_name(const std::optional<CollectiveOp>& comm_op);  // the op's name, or "any"
 
 // Power by state, and what a power cap does.
 struct PowerModel {
   Provenance provenance;
   double idle = 0.0;                         // W
-  std::map<std::string, double> compute;     // W while computing, by dtype
+  std::map<Dtype, double> compute;           // W while computing, by dtype
   double communication = 0.0;                // W while only communicating
-  std::map<std::string, double> overlapped;  // W while both, by dtype
+  std::map<Dtype, double> overlapped;        // W while both, by dtype
   double max_power = 0.0;                    // W, the default power limit (TDP)
   double min_power_limit = 0.0;              // W, the lowest cap the GPU accepts
   // Compute speed under a power cap, as (cap / max_power, speed / uncapped speed) points, increasing.
@@ -129,7 +147,7 @@ struct Profile {
   AttentionFigures attention;
   // Which kinds of values this profile's tables are (for reports): e.g. {"published", "model"}.
   std::vector<std::string> source_kinds() const;
-  const GemmTable* gemm_table(const std::string& dtype) const;  // nullptr if absent
+  const GemmTable* gemm_table(Dtype dtype) const;  // nullptr if absent
 };
 
 // Sections a profile may lack (then they are absent: provenance detail empty) are links, contention,

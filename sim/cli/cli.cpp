@@ -1,8 +1,5 @@
 #include "sim/cli/cli.hpp"
 
-#include <xbt/base.h>
-#include <simgrid/version.h>
-
 #include <algorithm>
 #include <iostream>
 #include <sstream>
@@ -10,6 +7,7 @@
 #include "common/build_info.hpp"
 #include "common/error.hpp"
 #include "common/strings.hpp"
+#include "sim/engine/engine.hpp"
 
 namespace moesim::cli {
 
@@ -24,7 +22,7 @@ std::vector<std::string> split_words(const std::string& words) {
 
 void print_version(std::ostream& out) {
   out << "moesim " << common::kVersion << " (revision " << common::kGitRevision << ", " << common::kBuildType
-      << " build; SimGrid " << SIMGRID_VERSION_MAJOR << "." << SIMGRID_VERSION_MINOR << ")\n";
+      << " build; SimGrid " << sim::simgrid_version() << ")\n";
 }
 
 // Help for a group of commands sharing `prefix` ("" for the top level, "trace" for trace ...).
@@ -81,6 +79,7 @@ std::vector<Command> builtin_commands() {
   register_place_commands(commands);
   register_study_commands(commands);
   register_report_commands(commands);
+  register_collective_commands(commands);
   std::stable_sort(commands.begin(), commands.end(),
                    [](const Command& a, const Command& b) { return a.words < b.words; });
   return commands;

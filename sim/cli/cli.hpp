@@ -50,6 +50,7 @@ void register_run_commands(std::vector<Command>& commands);           // run
 void register_place_commands(std::vector<Command>& commands);         // place, place evaluate/compare/export
 void register_study_commands(std::vector<Command>& commands);         // study, study merge
 void register_report_commands(std::vector<Command>& commands);        // report
+void register_collective_commands(std::vector<Command>& commands);    // collective
 
 // Runs the command line (argv without the program name); the whole CLI, for main() and tests.
 int run_cli(const Args& argv, Context& ctx);

@@ -60,8 +60,8 @@ void describe(const models::Architecture& a, std::ostream& out) {
   } else {
     out << ", dense";
   }
-  out << ", hidden " << a.hidden_size << ", " << a.attention.kind << " attention, " << a.activation << ", " << a.dtype
-      << "\n";
+  out << ", hidden " << a.hidden_size << ", " << a.attention.kind << " attention, " << a.activation << ", "
+      << models::dtype_name(a.dtype) << "\n";
 }
 
 void describe(const models::Cluster& c, std::ostream& out) {

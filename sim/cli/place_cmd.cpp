@@ -11,8 +11,12 @@
 #include "common/units.hpp"
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
-#include "sim/place_eval.hpp"
-#include "sim/placement.hpp"
+#include "sim/placement/evaluate.hpp"
+#include "sim/placement/export.hpp"
+#include "sim/study/placement_sim.hpp"
+#include "sim/placement/placement.hpp"
+#include "sim/placement/policy.hpp"
+#include "sim/placement/routing_counts.hpp"
 #include "traces/trace.hpp"
 
 namespace moesim::cli {
@@ -130,12 +134,16 @@ void add_eval_options(po::options_description& opts) {
       "json", po::bool_switch(), "print JSON instead of the table");
 }
 
-sim::EvalOptions eval_options(const po::variables_map& vm) {
-  sim::EvalOptions o;
+// The held-out figures, and the simulated ones unless --no-simulate.
+sim::PlacementEvaluation evaluate(const sim::CheckedPlacement& checked, const po::variables_map& vm) {
+  const std::string trace = vm["trace"].as<std::string>();
+  sim::PlacementEvaluation e = sim::evaluate_placement(checked, trace);
+  if (vm["no-simulate"].as<bool>()) return e;
+  sim::PlacementSimOptions o;
   if (vm.count("study")) o.study = vm["study"].as<std::string>();
-  o.simulate = !vm["no-simulate"].as<bool>();
   o.steps = parse_int_option(vm, "steps", 1, 1000000, 0);
-  return o;
+  sim::simulate_placement(checked, trace, o, e);
+  return e;
 }
 
 sim::PlacementOverrides overrides(const po::variables_map& vm) {
@@ -158,7 +166,7 @@ int run_evaluate(const Args& args, Context& ctx) {
                     ctx);
   if (!vm) return common::kExitOk;
   const auto checked = sim::load_checked_placement((*vm)["placement"].as<std::string>(), overrides(*vm));
-  const auto e = sim::evaluate_placement(checked, (*vm)["trace"].as<std::string>(), eval_options(*vm));
+  const auto e = evaluate(checked, *vm);
   if ((*vm)["json"].as<bool>())
     ctx.out << e.to_json().dump(2) << "\n";
   else
@@ -180,7 +188,7 @@ int run_compare(const Args& args, Context& ctx) {
   for (const auto& f : files) checked.push_back(sim::load_checked_placement(f, overrides(*vm)));
   std::vector<sim::PlacementEvaluation> all;
   for (const auto& c : checked)
-    all.push_back(sim::evaluate_placement(c, (*vm)["trace"].as<std::string>(), eval_options(*vm)));
+    all.push_back(evaluate(c, *vm));
   if ((*vm)["json"].as<bool>()) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& e : all) j.push_back(e.to_json());

@@ -1,7 +1,7 @@
 // `moesim report DIR [-o FILE] [--force]`: (re)builds the study report of a results folder.
 #include "common/error.hpp"
 #include "sim/cli/cli.hpp"
-#include "sim/report.hpp"
+#include "sim/report/report.hpp"
 
 namespace moesim::cli {
 

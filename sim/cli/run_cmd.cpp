@@ -1,5 +1,4 @@
 // `moesim run STUDY.yaml -o DIR`: runs every variant of a study and writes the results layout.
-#include <chrono>
 #include <filesystem>
 #include <iostream>
 
@@ -7,27 +6,15 @@
 #include "common/files.hpp"
 #include "sim/cli/cli.hpp"
 #include "sim/cli/study_args.hpp"
-#include "sim/runner.hpp"
-#include "sim/study.hpp"
-#include "sim/study_run.hpp"
+#include "sim/study/runner.hpp"
+#include "sim/study/study_file.hpp"
+#include "sim/study/study_run.hpp"
 
 namespace moesim::cli {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-// Refuses a non-empty output folder unless --force; creates it.
-void prepare_output_dir(const std::string& dir, bool force) {
-  std::error_code ec;
-  if (fs::exists(dir, ec)) {
-    if (!fs::is_directory(dir, ec)) throw common::UsageError(dir + " exists and is not a folder; choose another -o");
-    if (!fs::is_empty(dir, ec) && !force)
-      throw common::UsageError(dir + " is not empty; pass --force to write into it, or choose another -o");
-  }
-  fs::create_directories(dir, ec);
-  if (ec) throw common::RunError("cannot create " + dir + ": " + ec.message());
-}
 
 int run_command(const Args& args, Context& ctx) {
   po::options_description opts("Options");
@@ -68,31 +55,21 @@ int run_command(const Args& args, Context& ctx) {
                                "--set base.overlap.timelines=requested");
     common::check_can_write(dump_path, (*vm)["force"].as<bool>());
   }
-  prepare_output_dir(a.out_dir, (*vm)["force"].as<bool>());
-  const bool quiet = (*vm)["quiet"].as<bool>();
-  const auto wall0 = std::chrono::steady_clock::now();
-  sim::RunOptions run_options;
-  run_options.dump_activities = dump_path;
-  std::vector<sim::VariantResult> results;
-  nlohmann::json wall = nlohmann::json::object();
-  for (std::size_t i = 0; i < study.variants.size(); ++i) {
-    const auto& v = study.variants[i];
-    const auto t0 = std::chrono::steady_clock::now();
-    if (!quiet) ctx.err << "[" << i + 1 << "/" << study.variants.size() << "] " << v.name << "\n";
-    results.push_back(sim::run_variant(
-        v, [&](const std::string& what) {
-          if (!quiet) ctx.err << "    simulated " << what << "\n";
-        },
-        run_options));
-    wall[v.name] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  const nlohmann::json run_info = {
-      {"date", sim::run_date_utc()},
-      {"host", sim::run_host()},
-      {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count()},
-      {"variant_wall_s", wall}};
-  sim::write_results(a.out_dir, study, results, run_info);
-  ctx.out << sim::results_table(results, study.baseline);
+  // The same run as moesim study (one writer of the results folder), without the report and
+  // resume: a non-empty folder needs --force.
+  std::error_code ec;
+  if (fs::exists(a.out_dir, ec) && fs::is_directory(a.out_dir, ec) && !fs::is_empty(a.out_dir, ec) &&
+      !(*vm)["force"].as<bool>())
+    throw common::UsageError(a.out_dir + " is not empty; pass --force to write into it, or choose another -o");
+  sim::StudyRunOptions options;
+  options.out_dir = a.out_dir;
+  options.overrides = a.sets;
+  for (const auto& c : a.cfgs) options.overrides.push_back("--cfg=" + c);
+  options.force = (*vm)["force"].as<bool>();
+  options.dump_activities = dump_path;
+  sim::StudyProgress progress(ctx.err, false, (*vm)["quiet"].as<bool>(), study.variants.size());
+  const sim::StudyOutcome outcome = sim::run_study(study, options, progress);
+  ctx.out << sim::results_table(outcome.rows, outcome.baseline);
   ctx.out << "Results: " << (fs::path(a.out_dir) / "results.csv").string() << ", " << (fs::path(a.out_dir) / "results.json").string()
           << "; per variant: " << (fs::path(a.out_dir) / "variants").string() << "/NAME/ (timeline.json opens in Perfetto)\n";
   return common::kExitOk;

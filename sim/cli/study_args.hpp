@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "sim/cli/cli.hpp"
-#include "sim/study.hpp"
+#include "sim/study/study_file.hpp"
 
 namespace moesim::cli {
 

@@ -9,10 +9,10 @@
 #include "common/error.hpp"
 #include "sim/cli/cli.hpp"
 #include "sim/cli/study_args.hpp"
-#include "sim/report.hpp"
-#include "sim/runner.hpp"
-#include "sim/study.hpp"
-#include "sim/study_run.hpp"
+#include "sim/report/report.hpp"
+#include "sim/study/runner.hpp"
+#include "sim/study/study_file.hpp"
+#include "sim/study/study_run.hpp"
 
 namespace moesim::cli {
 

@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "sim/replay.hpp"
-#include "sim/workload.hpp"
+#include "sim/engine/engine.hpp"
+#include "sim/engine/step_source.hpp"
 #include "tests/sim/sim_fixtures.hpp"
 
 using namespace moesim;
@@ -24,7 +24,7 @@ struct SyntheticCase {
   models::Profile profile = toy_profile();
   sim::Placement placement;
   sim::Workload workload;
-  sim::SimOptions options;
+  sim::EngineOptions options;
   int gpus = 1;
 };
 
@@ -44,7 +44,7 @@ SyntheticCase synthetic(int gpus, double bw, double latency, double compute, dou
 
 sim::SimResult run(const SyntheticCase& c, bool merge) {
   return sim::run_isolated([&] {
-    sim::SimInput in;
+    sim::EngineInput in;
     in.arch = &c.arch;
     in.cluster = &c.cluster;
     in.profile = &c.profile;

@@ -13,8 +13,8 @@
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
 #include "models/profile.hpp"
-#include "sim/replay.hpp"
-#include "sim/workload.hpp"
+#include "sim/engine/engine.hpp"
+#include "sim/engine/step_source.hpp"
 #include "tests/sim/sim_fixtures.hpp"
 #include "tests/support/test_support.hpp"
 #include "traces/trace.hpp"
@@ -26,7 +26,7 @@ namespace {
 using Setup = moesim::testing::SimSetup;
 
 sim::SimResult run(const Setup& c, bool ahead) {
-  sim::SimOptions options = c.options;
+  sim::EngineOptions options = c.options;
   options.build_ahead = ahead;
   return moesim::testing::simulate_setup(c, options);
 }
@@ -80,7 +80,7 @@ sim::SimResult run_failing(const Setup& c, bool ahead, int fail_at, int limit) {
   return sim::run_isolated([&] {
     auto reader = traces::open_trace(c.trace);
     FailingSource source(sim::make_prefill_source(*reader, c.ep, c.workload.tokens_per_step), fail_at, limit);
-    sim::SimInput in;
+    sim::EngineInput in;
     in.arch = &c.arch;
     in.cluster = &c.cluster;
     in.profile = &c.profile;

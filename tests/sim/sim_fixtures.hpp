@@ -9,9 +9,9 @@
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
 #include "models/profile.hpp"
-#include "sim/placement.hpp"
-#include "sim/replay.hpp"
-#include "sim/workload.hpp"
+#include "sim/placement/placement.hpp"
+#include "sim/engine/engine.hpp"
+#include "sim/engine/step_source.hpp"
 #include "tests/support/test_support.hpp"
 #include "traces/memory_trace.hpp"
 #include "traces/trace.hpp"
@@ -35,7 +35,7 @@ inline models::Architecture toy_arch(int experts, int top_k) {
   a.attention.num_kv_heads = 8;
   a.attention.head_dim = 128;
   a.vocab_size = 1024;
-  a.dtype = "bf16";
+  a.dtype = models::Dtype::kBf16;
   return a;
 }
 
@@ -64,7 +64,7 @@ inline models::Profile toy_profile(double compute_slowdown = 1.25, double comm_s
   models::Profile p;
   p.name = "toy";
   models::GemmTable t;
-  t.dtype = "bf16";
+  t.dtype = models::Dtype::kBf16;
   t.peak_flops = 1e15;
   models::GemmCurve curve;
   curve.n = 1024;
@@ -79,16 +79,16 @@ inline models::Profile toy_profile(double compute_slowdown = 1.25, double comm_s
   p.pcie.bandwidth_efficiency = 1.0;
   p.nic.bandwidth_efficiency = 1.0;
   models::ContentionPoint cp;
-  cp.comm_op = "any";
+  cp.comm_op = std::nullopt;  // "any"
   cp.comm_bytes = 1.0;
   cp.gemm_flops = 1.0;
   cp.compute_slowdown = compute_slowdown;
   cp.comm_slowdown = comm_slowdown;
   p.contention.points.push_back(cp);
   p.power.idle = 100.0;
-  p.power.compute["bf16"] = 500.0;
+  p.power.compute[models::Dtype::kBf16] = 500.0;
   p.power.communication = 200.0;
-  p.power.overlapped["bf16"] = 600.0;
+  p.power.overlapped[models::Dtype::kBf16] = 600.0;
   p.power.max_power = 700.0;
   p.power.min_power_limit = 200.0;
   p.power.cap_fraction = {200.0 / 700.0, 350.0 / 700.0, 1.0};
@@ -134,7 +134,7 @@ struct SimCase {
   const sim::Placement* placement = nullptr;
   const sim::Workload* workload = nullptr;
   int ep = 1;
-  sim::SimOptions options;
+  sim::EngineOptions options;
   // Opens the routing trace in the child; empty for workloads without one.
   std::function<std::unique_ptr<traces::TraceReader>()> open_trace;
 };
@@ -147,10 +147,10 @@ inline sim::SimResult simulate_case(const SimCase& c) {
     if (c.open_trace) reader = c.open_trace();
     std::unique_ptr<sim::StepSource> source;
     if (reader && c.workload->mode == sim::WorkloadMode::kDecode)
-      source = sim::make_decode_source(*reader, c.ep, c.workload->batch_sequences);
+      source = sim::make_decode_source(*reader, c.ep, c.workload->batch_sequences, c.workload->decode_staggered);
     else if (reader)
       source = sim::make_prefill_source(*reader, c.ep, c.workload->tokens_per_step);
-    sim::SimInput in;
+    sim::EngineInput in;
     in.arch = c.arch;
     in.cluster = c.cluster;
     in.profile = c.profile;
@@ -171,14 +171,14 @@ struct SimSetup {
   models::Profile profile;
   sim::Placement placement;
   sim::Workload workload;
-  sim::SimOptions options;
+  sim::EngineOptions options;
   std::string trace;           // a trace file, "" for none
   traces::MemoryTrace memory;  // or a trace in memory (used when it holds tokens)
   int ep = 1;
 };
 
 // Simulates `c` with `options` in place of its own.
-inline sim::SimResult simulate_setup(const SimSetup& c, const sim::SimOptions& options) {
+inline sim::SimResult simulate_setup(const SimSetup& c, const sim::EngineOptions& options) {
   SimCase sc{&c.arch, &c.cluster, &c.profile, &c.placement, &c.workload, c.ep, options, {}};
   if (!c.trace.empty()) sc.open_trace = [&] { return traces::open_trace(c.trace); };
   if (c.memory.tokens.size() > 0) sc.open_trace = [&] { return traces::read_memory_trace(c.memory); };

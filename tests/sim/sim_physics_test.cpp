@@ -6,8 +6,8 @@
 #include <numeric>
 
 #include "models/costs.hpp"
-#include "sim/replay.hpp"
-#include "sim/workload.hpp"
+#include "sim/engine/engine.hpp"
+#include "sim/engine/step_source.hpp"
 #include "tests/sim/sim_fixtures.hpp"
 
 using namespace moesim;
@@ -26,7 +26,7 @@ struct Case {
   sim::Placement placement;
   traces::MemoryTrace trace;
   sim::Workload workload;
-  sim::SimOptions options;
+  sim::EngineOptions options;
   int ep = 1;
 };
 
@@ -53,6 +53,7 @@ Case decode_case(int gpus, int experts, double bw, double latency) {
   c.placement = identity_placement(c.arch, gpus);
   c.workload.mode = sim::WorkloadMode::kDecode;
   c.workload.batch_sequences = 4;
+  c.workload.decode_staggered = false;  // every sequence from its first token: contexts equal the step
   c.options.steps = 3;
   c.options.layer_chunks = {1};
   return c;

@@ -14,8 +14,8 @@
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
 #include "models/profile.hpp"
-#include "sim/replay.hpp"
-#include "sim/workload.hpp"
+#include "sim/engine/engine.hpp"
+#include "sim/engine/step_source.hpp"
 #include "tests/sim/sim_fixtures.hpp"
 #include "tests/support/test_support.hpp"
 #include "traces/trace.hpp"
@@ -32,7 +32,7 @@ struct Setup {
   models::Profile profile = models::load_profile("h100-sxm");
   sim::Placement placement;
   sim::Workload workload;
-  sim::SimOptions options;
+  sim::EngineOptions options;
   int ep = 8;
 };
 

@@ -10,8 +10,8 @@
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
 #include "models/profile.hpp"
-#include "sim/replay.hpp"
-#include "sim/workload.hpp"
+#include "sim/engine/engine.hpp"
+#include "sim/engine/step_source.hpp"
 #include "tests/sim/sim_fixtures.hpp"
 #include "tests/support/test_support.hpp"
 #include "traces/trace.hpp"
@@ -23,7 +23,7 @@ namespace {
 using Setup = moesim::testing::SimSetup;
 
 sim::SimResult run(const Setup& c, int first, int end) {
-  sim::SimOptions options = c.options;
+  sim::EngineOptions options = c.options;
   options.first_step = first;
   options.end_step = end;
   return moesim::testing::simulate_setup(c, options);

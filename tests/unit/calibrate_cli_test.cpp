@@ -86,7 +86,7 @@ TEST_CASE("calibrate cli: a measurement run writes a loadable profile and its ra
   CHECK(std::filesystem::exists(dir / "m.raw.json"));
   const moesim::models::Profile p = moesim::models::load_profile((dir / "m.yaml").string());
   CHECK(p.base == "h200");  // chosen from the device name
-  CHECK(p.gemm_table("bf16")->provenance.kind == moesim::models::SourceKind::kMeasured);
+  CHECK(p.gemm_table(moesim::models::Dtype::kBf16)->provenance.kind == moesim::models::SourceKind::kMeasured);
 }
 
 TEST_CASE("calibrate cli: an existing output is refused before the GPU is touched") {
@@ -171,22 +171,23 @@ TEST_CASE("calibrate validate: predictions from a fitted profile match the devic
   const auto cases = mc::validation_cases(*trace, {0}, {1000});
   FakeDevice dev;
   std::ostringstream out;
-  const mc::ValidationResult good = mc::run_validation(dev, fitted, a, cases, 1, {"copy_kernel", "", 64e6, 1, 16, {}},
-                                                       {1, 5, 0, 0}, out);
+  const mc::ValidationResult good =
+      mc::run_validation(dev, fitted, a, cases, 1, {"copy_kernel", std::nullopt, 64e6, 1, 16, {}}, {1, 5, 0, 0}, out);
   CHECK(good.passed());
-  const mc::ValidationResult wrong = mc::run_validation(dev, moesim::models::load_profile("a100-sxm"), a, cases, 1,
-                                                        {"copy_kernel", "", 64e6, 1, 16, {}}, {1, 5, 0, 0}, out);
+  const mc::ValidationResult wrong =
+      mc::run_validation(dev, moesim::models::load_profile("a100-sxm"), a, cases, 1,
+                         {"copy_kernel", std::nullopt, 64e6, 1, 16, {}}, {1, 5, 0, 0}, out);
   CHECK(!wrong.passed());
 }
 
 TEST_CASE("calibrate validate: expert layer work issues one group per projection over experts with tokens") {
   const moesim::models::Architecture a = moesim::models::load_architecture("mixtral-8x7b");
-  const mc::GemmWork w = mc::expert_layer_work(a, {10, 0, 3, 0, 0, 0, 0, 1}, 1, "bf16");
+  const mc::GemmWork w = mc::expert_layer_work(a, {10, 0, 3, 0, 0, 0, 0, 1}, 1, moesim::models::Dtype::kBf16);
   REQUIRE(w.size() == 9);  // 3 experts with tokens x 3 projections (SwiGLU)
   CHECK(w[0].m == 10);
   CHECK(w[0].n == a.expert_ffn_size);
   CHECK(w[0].k == a.hidden_size);
   CHECK(w[8].n == a.hidden_size);
   CHECK(w[8].k == a.expert_ffn_size);
-  CHECK(mc::expert_layer_work(a, {8, 8}, 2, "bf16")[0].n == (a.expert_ffn_size + 1) / 2);
+  CHECK(mc::expert_layer_work(a, {8, 8}, 2, moesim::models::Dtype::kBf16)[0].n == (a.expert_ffn_size + 1) / 2);
 }

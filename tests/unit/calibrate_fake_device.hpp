@@ -45,7 +45,10 @@ class FakeDevice : public calibrate::Device {
   }
   static double true_gemm(const calibrate::GemmOp& op) {
     const double m = static_cast<double>(op.m), n = static_cast<double>(op.n), k = static_cast<double>(op.k);
-    const double scale = op.dtype == "fp8" ? 2.0 : op.dtype == "fp32" ? 1.0 / 14.8 : op.dtype == "tf32" ? 0.5 : 1.0;
+    const double scale = op.dtype == models::Dtype::kFp8    ? 2.0
+                         : op.dtype == models::Dtype::kFp32 ? 1.0 / 14.8
+                         : op.dtype == models::Dtype::kTf32 ? 0.5
+                                                            : 1.0;
     return 2.0 * m * n * k / (kPeak * scale * m / (m + kHalf));
   }
   // One floor per launch: a grouped work (one graph) pays it once.

@@ -46,12 +46,15 @@ Fitted fit_quick(bool allow_power = false) {
 TEST_CASE("calibrate: monotone and the launch-floor fit") {
   CHECK(mc::monotone({3, 2, 5, 4}) == std::vector<double>{3, 3, 5, 5});
   mc::GroupedRecord g;
-  g.work = {{"bf16", 1, 1, 1}, {"bf16", 2, 1, 1}, {"bf16", 3, 1, 1}, {"bf16", 4, 1, 1}};
+  g.work = {{mm::Dtype::kBf16, 1, 1, 1},
+            {mm::Dtype::kBf16, 2, 1, 1},
+            {mm::Dtype::kBf16, 3, 1, 1},
+            {mm::Dtype::kBf16, 4, 1, 1}};
   g.time.median = 31e-6;
   g.singles_sum = 40e-6;  // four launches of 3 us floor: (40 - 31) / 3 = 3 us
-  CHECK(mc::fit_launch_floor({g}, "bf16", 1.0) == doctest::Approx(3e-6));
-  CHECK(mc::fit_launch_floor({g}, "bf16", 2e-6) == doctest::Approx(2e-6));  // never above the shortest time
-  CHECK(mc::fit_launch_floor({g}, "fp8", 1.0) == 0.0);
+  CHECK(mc::fit_launch_floor({g}, mm::Dtype::kBf16, 1.0) == doctest::Approx(3e-6));
+  CHECK(mc::fit_launch_floor({g}, mm::Dtype::kBf16, 2e-6) == doctest::Approx(2e-6));  // never above the shortest time
+  CHECK(mc::fit_launch_floor({g}, mm::Dtype::kFp8, 1.0) == 0.0);
   CHECK(mc::pcie_lane_rate(5) * 16 == doctest::Approx(63.0e9).epsilon(0.01));
 }
 
@@ -62,30 +65,31 @@ TEST_CASE("calibrate: a fitted profile recovers the device's truth and says meas
   CHECK(p.device.name == "NVIDIA H200");
   CHECK(p.device.provenance.kind == mm::SourceKind::kMeasured);
   CHECK(p.device.hbm_bandwidth == doctest::Approx(FakeDevice::kCopyRate).epsilon(0.01));
-  REQUIRE(p.gemm_table("bf16"));
-  REQUIRE(p.gemm_table("fp8"));
+  REQUIRE(p.gemm_table(mm::Dtype::kBf16));
+  REQUIRE(p.gemm_table(mm::Dtype::kFp8));
   for (const mm::GemmTable& t : p.gemm) {
-    CAPTURE(t.dtype);
+    CAPTURE(mm::dtype_name(t.dtype));
     CHECK(t.provenance.kind == mm::SourceKind::kMeasured);
     CHECK(t.launch_floor == doctest::Approx(FakeDevice::kFloor).epsilon(0.05));
   }
   // The table reproduces the truth at its points and between them (log-log interpolation).
   for (long m : {1L, 64L, 700L, 3000L, 50000L}) {
     CAPTURE(m);
-    const double truth = FakeDevice::true_work({{"bf16", m, 14336, 4096}});
-    CHECK(mm::gemm_time(p, "bf16", static_cast<double>(m), 14336, 4096) == doctest::Approx(truth).epsilon(0.03));
+    const double truth = FakeDevice::true_work({{mm::Dtype::kBf16, m, 14336, 4096}});
+    CHECK(mm::gemm_time(p, mm::Dtype::kBf16, static_cast<double>(m), 14336, 4096) ==
+          doctest::Approx(truth).epsilon(0.03));
   }
   REQUIRE(!p.contention.points.empty());
   for (const mm::ContentionPoint& c : p.contention.points) {
-    CHECK(c.comm_op == "any");
+    CHECK(c.comm_op == std::nullopt);
     CHECK(c.compute_slowdown == doctest::Approx(FakeDevice::true_compute_slowdown(c.comm_bytes)).epsilon(0.01));
     CHECK(c.comm_slowdown == doctest::Approx(FakeDevice::kCommSlowdown).epsilon(0.01));
   }
   CHECK(p.contention.provenance.kind == mm::SourceKind::kMeasured);
   CHECK(p.power.provenance.kind == mm::SourceKind::kMeasured);
   CHECK(p.power.idle == doctest::Approx(FakeDevice::kIdle));
-  CHECK(p.power.compute.at("bf16") == doctest::Approx(FakeDevice::kCompute));
-  CHECK(p.power.overlapped.at("bf16") == doctest::Approx(FakeDevice::kBoth));
+  CHECK(p.power.compute.at(mm::Dtype::kBf16) == doctest::Approx(FakeDevice::kCompute));
+  CHECK(p.power.overlapped.at(mm::Dtype::kBf16) == doctest::Approx(FakeDevice::kBoth));
   CHECK(p.power.max_power == 700.0);
   // Without --allow-set-power-limit the cap curve is the base's, with the base's provenance.
   CHECK(p.power.cap_provenance.kind != mm::SourceKind::kMeasured);
@@ -112,8 +116,8 @@ TEST_CASE("calibrate: the written profile loads back, merged with its base, and 
   mc::write_outputs(f.profile, f.m, yaml, raw, false);
   const mm::Profile loaded = mm::load_profile(yaml.string());
   CHECK(loaded.device.name == "NVIDIA H200");
-  REQUIRE(loaded.gemm_table("bf16"));
-  CHECK(loaded.gemm_table("bf16")->provenance.kind == mm::SourceKind::kMeasured);
+  REQUIRE(loaded.gemm_table(mm::Dtype::kBf16));
+  CHECK(loaded.gemm_table(mm::Dtype::kBf16)->provenance.kind == mm::SourceKind::kMeasured);
   CHECK(!loaded.collectives.empty());  // from the base
   const auto kinds = loaded.source_kinds();
   CHECK(std::find(kinds.begin(), kinds.end(), "measured") != kinds.end());
@@ -165,22 +169,36 @@ TEST_CASE("calibrate: a multi-GPU full plan yields measured collectives, NVLink 
   const mc::Measurements m = mc::run_plan(dev, plan, log, {});
   CHECK(log.str().find("#wrong") != std::string::npos);
   const mm::Profile p = mc::fit_profile(m, mm::load_profile("h200"), {"fake8", "h200", "test"});
-  std::set<std::pair<std::string, int>> curves;
+  std::set<std::pair<mm::CollectiveOp, int>> curves;
   for (const mm::CollectiveCurve& c : p.collectives) {
     curves.insert({c.op, c.ranks});
     CHECK(c.provenance.kind == mm::SourceKind::kMeasured);
     CHECK(c.bytes.size() == 8);  // 1K, 4K, ..., 16M
   }
-  CHECK(curves == std::set<std::pair<std::string, int>>{
-                      {"all_reduce", 8}, {"all_gather", 8}, {"reduce_scatter", 8}, {"all_to_all", 8}, {"send_recv", 2}});
+  CHECK(curves == std::set<std::pair<mm::CollectiveOp, int>>{{mm::CollectiveOp::kAllReduce, 8},
+                                                             {mm::CollectiveOp::kAllGather, 8},
+                                                             {mm::CollectiveOp::kReduceScatter, 8},
+                                                             {mm::CollectiveOp::kAllToAll, 8},
+                                                             {mm::CollectiveOp::kSendRecv, 2}});
   CHECK(p.nvlink.provenance.kind == mm::SourceKind::kMeasured);
   CHECK(p.nvlink.bandwidth_efficiency == doctest::Approx((16777216.0 / (10e-6 + 16777216.0 / 300e9)) / 450e9).epsilon(0.01));
-  std::set<std::string> grids;
-  for (const mm::ContentionPoint& c : p.contention.points) grids.insert(c.comm_op);
-  CHECK(grids == std::set<std::string>{"all_gather", "all_to_all", "reduce_scatter"});
+  std::vector<std::string> grids;  // in the profile's order: by name
+  for (const mm::ContentionPoint& c : p.contention.points)
+    if (grids.empty() || grids.back() != mm::contention_op_name(c.comm_op))
+      grids.push_back(mm::contention_op_name(c.comm_op));
+  CHECK(grids == std::vector<std::string>{"all_gather", "all_to_all", "reduce_scatter"});
+  // Every CTA count of the sweep is a grid of its own (the SMs the communication holds), each GEMM
+  // in its roofline class; the default SM count is NCCL's usual 16.
+  std::set<int> sms;
+  for (const mm::ContentionPoint& c : p.contention.points) {
+    sms.insert(c.comm_sms);
+    CHECK(c.compute.has_value());
+  }
+  CHECK(sms == std::set<int>{8, 16, 32});
+  CHECK(p.contention.comm_sms == 16);
   CHECK(p.gemm.size() == 5);
   // The simulator's collective model reads the measured curve back (busbw terms, nccl-tests sizes).
-  CHECK(mm::collective_time(p, "all_reduce", 8, 4194304.0, 450e9, 1e-6) ==
+  CHECK(mm::collective_time(p, mm::CollectiveOp::kAllReduce, 8, 4194304.0, 450e9, 1e-6) ==
         doctest::Approx(10e-6 + 4194304.0 / 300e9).epsilon(0.01));
   // The written text survives the loader's checks.
   CHECK_NOTHROW(mc::profile_text(p, "fake8.yaml"));
@@ -192,7 +210,7 @@ class NoTinyFp8Device : public FakeDevice {
  public:
   std::vector<double> time_gemm(const mc::GemmWork& w, const mc::Timing& t) override {
     for (const mc::GemmOp& op : w)
-      if (op.dtype == "fp8" && op.m < 16) throw mc::UnsupportedError("no algorithm");
+      if (op.dtype == mm::Dtype::kFp8 && op.m < 16) throw mc::UnsupportedError("no algorithm");
     return FakeDevice::time_gemm(w, t);
   }
 };
@@ -207,8 +225,8 @@ TEST_CASE("calibrate: an unsupported GEMM is reported and skipped, the rest is f
   const mc::Measurements m = mc::run_plan(dev, plan, log, {});
   CHECK(log.str().find("unsupported (no algorithm)") != std::string::npos);
   const mm::Profile p = mc::fit_profile(m, mm::load_profile("h200"), {"x", "h200", "test"});
-  REQUIRE(p.gemm_table("fp8"));
-  for (const mm::GemmCurve& c : p.gemm_table("fp8")->curves) CHECK(c.m.front() == 16.0);
-  CHECK(p.gemm_table("bf16")->curves.front().m.front() == 1.0);
+  REQUIRE(p.gemm_table(mm::Dtype::kFp8));
+  for (const mm::GemmCurve& c : p.gemm_table(mm::Dtype::kFp8)->curves) CHECK(c.m.front() == 16.0);
+  CHECK(p.gemm_table(mm::Dtype::kBf16)->curves.front().m.front() == 1.0);
   CHECK_NOTHROW(mc::profile_text(p, "x.yaml"));
 }

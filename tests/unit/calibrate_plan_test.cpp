@@ -13,6 +13,8 @@
 
 namespace mc = moesim::calibrate;
 using moesim::common::UsageError;
+using moesim::models::CollectiveOp;
+using moesim::models::Dtype;
 
 TEST_CASE("calibrate: sizes parse as nccl-tests' -b/-e with binary multiples") {
   CHECK(mc::parse_size("1024", "-b") == 1024.0);
@@ -45,7 +47,7 @@ TEST_CASE("calibrate: a size range expands like nccl-tests -f and rejects bad ra
 }
 
 TEST_CASE("calibrate: dtypes are checked, with a suggestion for a typo") {
-  CHECK(mc::parse_dtypes("bf16,fp8") == std::vector<std::string>{"bf16", "fp8"});
+  CHECK(mc::parse_dtypes("bf16,fp8") == std::vector<Dtype>{Dtype::kBf16, Dtype::kFp8});
   try {
     mc::parse_dtypes("bf61");
     FAIL("no error");
@@ -62,7 +64,7 @@ TEST_CASE("calibrate: the quick plan covers every shipped architecture's GEMM sh
   const mc::Plan plan = mc::make_plan({});
   std::set<std::pair<long, long>> covered;
   for (const mc::GemmCurveCase& c : plan.gemms) {
-    if (c.dtype == "bf16") covered.insert({c.n, c.k});
+    if (c.dtype == Dtype::kBf16) covered.insert({c.n, c.k});
     CHECK(std::is_sorted(c.m.begin(), c.m.end()));
     CHECK(c.m.front() == 1);
     CHECK(c.m.back() == 65536);
@@ -79,7 +81,7 @@ TEST_CASE("calibrate: the quick plan covers every shipped architecture's GEMM sh
   std::set<double> bytes, flops;
   std::size_t grid = 0;
   for (const mc::ContentionCase& c : plan.contention)
-    if (c.comm_op == "any") {
+    if (c.in_grid && c.comm_op == std::nullopt) {
       ++grid;
       bytes.insert(c.traffic.bytes);
       flops.insert(mc::work_flops(c.gemm));
@@ -95,8 +97,8 @@ TEST_CASE("calibrate: plan dtypes follow the device and multi-GPU plans measure 
   mc::PlanOptions o;
   o.fp8_supported = false;
   const mc::Plan no_fp8 = mc::make_plan(o);
-  CHECK(std::find(no_fp8.dtypes.begin(), no_fp8.dtypes.end(), "fp8") == no_fp8.dtypes.end());
-  o.dtypes = {"fp8"};
+  CHECK(std::find(no_fp8.dtypes.begin(), no_fp8.dtypes.end(), Dtype::kFp8) == no_fp8.dtypes.end());
+  o.dtypes = {Dtype::kFp8};
   CHECK_THROWS_AS(mc::make_plan(o), UsageError);
 
   mc::PlanOptions multi;
@@ -105,15 +107,16 @@ TEST_CASE("calibrate: plan dtypes follow the device and multi-GPU plans measure 
   multi.architectures = {"mixtral-8x7b"};
   multi.allow_set_power_limit = true;
   const mc::Plan p = mc::make_plan(multi);
-  std::set<std::string> ops;
+  std::set<CollectiveOp> ops;
   bool matrix = false;
   for (const mc::CollectiveCase& c : p.collectives) {
-    ops.insert(c.traffic.op);
+    ops.insert(c.traffic.op.value());
     matrix = matrix || !c.traffic.traffic_matrix.empty();
     CHECK(c.sizes.size() == 21);
-    CHECK(c.traffic.ranks == (c.traffic.op == "send_recv" ? 2 : 8));
+    CHECK(c.traffic.ranks == (c.traffic.op == CollectiveOp::kSendRecv ? 2 : 8));
   }
-  CHECK(ops == std::set<std::string>{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"});
+  CHECK(ops == std::set<CollectiveOp>{CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter,
+                                      CollectiveOp::kAllToAll, CollectiveOp::kSendRecv});
   CHECK(matrix);
   CHECK(!p.power_limit_fractions.empty());
   for (const mc::ContentionCase& c : p.contention) CHECK(c.traffic.kind == "nccl");

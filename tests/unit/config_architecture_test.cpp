@@ -17,6 +17,7 @@ using moesim::common::InputError;
 using moesim::common::UsageError;
 using moesim::common::YamlDocument;
 using moesim::models::Architecture;
+using moesim::models::Dtype;
 using moesim::models::load_architecture;
 using moesim::models::parse_architecture;
 
@@ -137,7 +138,10 @@ TEST_CASE("architecture: a valid MoE file becomes the struct, layers sorted") {
   CHECK(a.attention.num_kv_heads == 4);
   CHECK(a.attention.head_dim == 64);
   CHECK(a.vocab_size == 1000);
-  CHECK(a.dtype == "bf16");
+  CHECK(a.dtype == Dtype::kBf16);
+  // tf32 is a GEMM mode of fp32 data, not a model's dtype: a profile's dtypes less tf32.
+  CHECK(parse_error(replace(kMoe, "dtype: bf16", "dtype: tf32"))
+            .find("dtype: expected one of bf16, fp16, fp8, fp32, got \"tf32\"") != std::string::npos);
 
   const auto shape = a.trace_shape();
   CHECK(shape.architecture == "a");
@@ -158,6 +162,7 @@ activation: gelu
 attention: {kind: mha, num_heads: 4, head_dim: 64}
 )";
   const Architecture a = parse(dense);
+  CHECK(a.dtype == Dtype::kFp16);
   CHECK_FALSE(a.is_moe());
   CHECK(a.trace_shape().layers.empty());
   CHECK(a.ffn_projections == 2);

@@ -9,9 +9,13 @@
 #include "common/error.hpp"
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
-#include "sim/place_eval.hpp"
-#include "sim/placement.hpp"
-#include "sim/placement_solvers.hpp"
+#include "sim/placement/evaluate.hpp"
+#include "sim/placement/export.hpp"
+#include "sim/placement/placement.hpp"
+#include "sim/placement/policy.hpp"
+#include "sim/placement/routing_counts.hpp"
+#include "sim/placement/routing_rule.hpp"
+#include "sim/placement/traffic.hpp"
 #include "tests/support/test_support.hpp"
 #include "traces/import.hpp"
 #include "traces/memory_trace.hpp"
@@ -62,12 +66,10 @@ TEST_CASE("held-out DeepSeek-V2-Lite: moetuner and eplb lower the per-layer max 
   const sim::RoutingCounts profile = counts_of(split.profile);
   const auto arch = models::load_architecture("deepseek-v2-lite");
   const auto cluster = models::load_cluster("h100-sxm-8gpu");
-  sim::EvalOptions no_sim;
-  no_sim.simulate = false;
   std::map<std::string, sim::PlacementEvaluation> eval;
   for (const std::string policy : {"contiguous", "eplb", "moetuner", "moetuner_equal", "greedy"}) {
     const std::string file = solve(policy, arch, cluster, 8, profile, dir / (policy + ".yaml"));
-    eval[policy] = sim::evaluate_placement(sim::load_checked_placement(file), split.heldout, no_sim);
+    eval[policy] = sim::evaluate_placement(sim::load_checked_placement(file), split.heldout);
     MESSAGE(policy << ": mean max/mean " << eval[policy].mean_max_over_mean << ", worst "
                    << eval[policy].worst_max_over_mean << ", sum of layer max " << eval[policy].sum_layer_max
                    << ", off GPU " << eval[policy].share_off_gpu);
@@ -127,13 +129,11 @@ TEST_CASE("held-out cross-layer hops between nodes: counted token by token from 
   const auto arch = models::load_architecture("deepseek-v2-lite");
   const auto cluster = models::load_cluster("h200-2x8-800g");  // 8 EP ranks of 2 GPUs, 4 per node
   const std::vector<int> node = sim::rank_nodes(cluster, 8, 2);
-  sim::EvalOptions no_sim;
-  no_sim.simulate = false;
   std::map<std::string, double> share;
   for (const std::string policy : {"contiguous", "moetuner"}) {
     const std::string file = solve(policy, arch, cluster, 8, profile, dir / (policy + "-2x4.yaml"), 0, 2);
     const sim::Placement p = sim::load_placement(file);
-    const sim::PlacementEvaluation e = sim::evaluate_placement(sim::load_checked_placement(file), split.heldout, no_sim);
+    const sim::PlacementEvaluation e = sim::evaluate_placement(sim::load_checked_placement(file), split.heldout);
     // Every (layer l expert, layer l+1 expert) pair of every token; no replicas, so one rank each.
     std::vector<int> rank_of(26 * 64, -1);
     for (std::size_t l = 0; l < 26; ++l)

@@ -2,8 +2,6 @@
 // against an exhaustive enumeration of stage 1, stage 2 against an exhaustive enumeration given the
 // solver's own stage-1 clusters (optimal claims must match, otherwise bound <= optimum <= objective);
 // greedy, random and the registry.
-#include "sim/placement_solvers.hpp"
-
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -14,7 +12,13 @@
 #include "common/error.hpp"
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
-#include "sim/placement.hpp"
+#include "sim/placement/eplb.hpp"
+#include "sim/placement/greedy.hpp"
+#include "sim/placement/moetuner_stage1.hpp"
+#include "sim/placement/moetuner_stage2.hpp"
+#include "sim/placement/placement.hpp"
+#include "sim/placement/policy.hpp"
+#include "sim/placement/traffic.hpp"
 #include "tests/support/test_support.hpp"
 #include "tests/unit/placement_test_routing.hpp"
 
@@ -143,8 +147,7 @@ void check_stage2_against_enumeration(const sim::Stage2Problem& p) {
 }  // namespace
 
 TEST_CASE("eplb: the published example gives the published physical-to-logical map") {
-  MOESIM_REQUIRE_SHARED_DATA();
-  const YAML::Node doc = YAML::LoadFile((testing::shared_data_dir() / "reference/eplb/example.yaml").string());
+  const YAML::Node doc = YAML::LoadFile((testing::reference_dir() / "eplb/example.yaml").string());
   const auto weight = doc["weight"].as<std::vector<std::vector<double>>>();
   const auto expected = doc["phy2log"].as<std::vector<std::vector<int>>>();
   const sim::EplbMap map = sim::eplb_rebalance(weight, doc["num_replicas"].as<int>(), doc["num_groups"].as<int>(),

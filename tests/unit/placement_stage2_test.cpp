@@ -13,8 +13,11 @@
 #include "common/error.hpp"
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
-#include "sim/placement.hpp"
-#include "sim/placement_solvers.hpp"
+#include "sim/placement/moetuner_stage1.hpp"
+#include "sim/placement/moetuner_stage2.hpp"
+#include "sim/placement/placement.hpp"
+#include "sim/placement/policy.hpp"
+#include "sim/placement/traffic.hpp"
 #include "tests/support/test_support.hpp"
 #include "tests/unit/placement_test_routing.hpp"
 

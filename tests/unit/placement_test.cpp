@@ -1,4 +1,4 @@
-#include "sim/placement.hpp"
+#include "sim/placement/placement.hpp"
 
 #include <doctest/doctest.h>
 
@@ -15,6 +15,8 @@
 #include "common/strings.hpp"
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
+#include "sim/placement/policy.hpp"
+#include "sim/placement/routing_counts.hpp"
 #include "tests/support/test_support.hpp"
 #include "traces/memory_trace.hpp"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "models/architecture.hpp"
-#include "sim/placement.hpp"
+#include "sim/placement/routing_counts.hpp"
 
 namespace moesim::testing {
 

@@ -1,5 +1,6 @@
 // The study report writer without a browser: escaping, the data it extracts from a results folder,
-// its errors for missing and malformed result files, and when it may replace a file.
+// the chart code and styles it embeds, its errors for missing and malformed result files, and when it
+// may replace a file.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -8,7 +9,7 @@
 #include <string>
 
 #include "common/error.hpp"
-#include "sim/report.hpp"
+#include "sim/report/report.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -151,6 +152,22 @@ TEST_CASE("report: a results folder becomes one page with its data, the results 
   CHECK(page.find("<td>fast</td><td>2.000</td><td>2.000</td>") != std::string::npos);
   CHECK(page.find("<td>-50.0%</td>") != std::string::npos);
   CHECK(page.find("<tr class=\"baseline\"><td>slow *</td>") != std::string::npos);
+}
+
+// The chart code and styles are built in from sim/report/report.js and report.css; a build that kept an
+// older copy of either (a lost dependency of the generated header, say) would ship a page that no longer
+// matches the files a reader edits and reviews.
+TEST_CASE("report: the page carries sim/report/report.js and report.css byte for byte") {
+  const fs::path assets = fs::path(MOESIM_SOURCE_DIR) / "sim" / "report";
+  const std::string script = read_text(assets / "report.js");
+  const std::string style = read_text(assets / "report.css");
+  REQUIRE(script.size() > 1000);
+  REQUIRE(style.size() > 100);
+  TempDir tmp;
+  write_folder(tmp.path(), "");
+  const std::string page = moesim::sim::render_report(moesim::sim::load_report_data(tmp.path().string()));
+  CHECK(count(page, "<style>\n" + style + "</style>\n") == 1);
+  CHECK(count(page, "<script>\n" + script + "</script>\n") == 1);
 }
 
 TEST_CASE("report: a missing results.json or variant result is an InputError naming the file") {

@@ -9,7 +9,7 @@
 
 #include <cstdlib>
 
-#include "sim/runner.hpp"
+#include "sim/study/runner.hpp"
 
 using namespace moesim;
 

@@ -11,7 +11,7 @@
 #include "common/files.hpp"
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
-#include "sim/study.hpp"
+#include "sim/study/study_file.hpp"
 #include "tests/support/test_support.hpp"
 #include "traces/generate.hpp"
 #include "traces/trace.hpp"
@@ -158,8 +158,7 @@ TEST_CASE("shipped configs: the dense models of the overlap paper") {
 }
 
 TEST_CASE("shipped configs: architectures agree with reference/architectures.md") {
-  MOESIM_REQUIRE_SHARED_DATA();
-  std::ifstream in(moesim::testing::shared_data_dir() / "reference" / "architectures.md");
+  std::ifstream in(moesim::testing::reference_dir() / "architectures.md");
   REQUIRE(in);
   // The first table: a header row of model names, then one row per field.
   std::map<std::string, std::vector<std::string>> rows;

@@ -1,6 +1,6 @@
 // moesim study's pure parts: shard parsing and assignment, the progress line and plain progress
 // lines, the study identity, and reading a variant back from its result.json for the tables.
-#include "sim/study_run.hpp"
+#include "sim/study/study_run.hpp"
 
 #include <doctest/doctest.h>
 
@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "sim/runner.hpp"
+#include "sim/study/runner.hpp"
 #include "tests/support/test_support.hpp"
 
 using namespace moesim::sim;

@@ -1,4 +1,4 @@
-#include "sim/study.hpp"
+#include "sim/study/study_file.hpp"
 
 #include <doctest/doctest.h>
 
@@ -12,7 +12,8 @@
 #include "common/yaml.hpp"
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
-#include "sim/placement.hpp"
+#include "sim/placement/placement.hpp"
+#include "sim/placement/policy.hpp"
 #include "tests/support/test_support.hpp"
 
 using moesim::testing::error_of;
@@ -298,7 +299,7 @@ const std::vector<BadCase> kBadStudies = {
      "\"placement.policy\"?)"},
     {"bad_study_sweep_section", "21:12", "sweep.overlap: expected key paths of values, got the section \"overlap\""},
     {"bad_study_sweep_value", "22:32",
-     "base.overlap.policy: expected one of sequential, overlapped, ideal, auto, got "
+     "base.overlap.policy: expected one of sequential, overlapped, ideal, auto, tbo, got "
      "\"overlaped\" (did you mean \"overlapped\"?) (in variant "
      "\"contiguous-overlaped\", made of sweep.placement.policy[0] = contiguous, "
      "sweep.overlap.policy[1] = overlaped)"},

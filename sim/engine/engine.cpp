@@ -1,0 +1,103 @@
+#include "sim/engine/engine.hpp"
+
+#include <simgrid/s4u.hpp>
+#include <simgrid/version.h>
+#include <xbt/log.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+
+#include "common/error.hpp"
+#include "models/costs.hpp"
+#include "sim/engine/activity_dump.hpp"
+#include "sim/engine/executor.hpp"
+#include "sim/engine/graph_builder.hpp"
+#include "sim/engine/platform.hpp"
+#include "sim/engine/step_builder.hpp"
+
+namespace moesim::sim {
+
+namespace {
+
+namespace sg4 = simgrid::s4u;
+
+// Exact "latency + bytes / bandwidth" transfers (TOOLCHAIN.md): CM02 without TCP's gamma and
+// without cross-traffic, then the scenario's own settings.
+std::vector<std::string> engine_args(const EngineOptions& options) {
+  std::vector<std::string> args{"moesim", "--cfg=network/model:CM02", "--cfg=network/TCP-gamma:0",
+                                "--cfg=network/crosstraffic:0"};
+  for (const auto& c : options.simgrid_cfg) args.push_back("--cfg=" + c);
+  return args;
+}
+
+ExecutorSetup executor_setup(const EngineInput& in) {
+  ExecutorSetup setup;
+  const auto& profile = *in.profile;
+  const double power_factor = models::clock_power_factor(profile, in.options.clock_limit);
+  for (const auto st : {models::GpuState::kIdle, models::GpuState::kCompute, models::GpuState::kComm, models::GpuState::kBoth}) {
+    double p = models::state_power(profile, st, in.arch->dtype, 0.0) * power_factor;
+    if (in.options.power_cap > 0) p = std::min(p, in.options.power_cap);
+    setup.state_power[static_cast<std::size_t>(st)] = p;
+  }
+  const int all_steps = in.options.warmup_steps + in.options.steps;
+  setup.total_steps = in.options.end_step < 0 ? all_steps : std::min(in.options.end_step, all_steps);
+  setup.first_step = std::clamp(in.options.first_step, 0, setup.total_steps);
+  return setup;
+}
+
+}  // namespace
+
+std::string simgrid_version() {
+  return std::to_string(SIMGRID_VERSION_MAJOR) + "." + std::to_string(SIMGRID_VERSION_MINOR);
+}
+
+SimResult simulate(const EngineInput& in) {
+  const auto wall0 = std::chrono::steady_clock::now();
+  xbt_log_control_set("root.thres:critical");
+  std::vector<std::string> args = engine_args(in.options);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  argv.push_back(nullptr);
+  sg4::Engine engine(&argc, argv.data());
+
+  const int gpus = in.ep * in.tp;
+  if (gpus > in.cluster->total_gpus())
+    throw common::InputError("EP x TP = " + std::to_string(gpus) + " GPUs, but cluster " + in.cluster->name + " has " +
+                             std::to_string(in.cluster->total_gpus()));
+  const ExecutorSetup setup = executor_setup(in);
+  const int measured_steps = setup.total_steps - std::max(setup.first_step, in.options.warmup_steps);
+  if (setup.first_step >= setup.total_steps || measured_steps <= 0)
+    throw common::RunError("step range [" + std::to_string(in.options.first_step) + ", " +
+                           std::to_string(setup.total_steps) + ") holds no measured step");
+  // A power cap and a clock limit both slow compute; the slower of the two binds. It scales task
+  // amounts, not the hosts' speed.
+  const double speed_factor = std::min(models::cap_speed_factor(*in.profile, in.options.power_cap),
+                                       models::clock_speed_factor(*in.profile, in.options.clock_limit));
+  const Fabric fabric(*in.cluster, *in.profile);
+  Platform platform(fabric);
+  std::unique_ptr<ActivityDump> dump;
+  if (!in.options.dump_activities.empty()) {
+    std::vector<std::string> cfg(args.begin() + 1, args.end());
+    for (auto& c : cfg) c.erase(0, 6);  // "--cfg="
+    dump = std::make_unique<ActivityDump>(in.options.dump_activities, in.options.contention, cfg);
+    dump->write_platform(platform);
+  }
+
+  const LayerTable layers = make_layer_table(in);
+  GraphBuilder graphs(in, layers, fabric, speed_factor);
+  graphs.skip(setup.first_step);
+  // Declared after the graph builder: destroyed first, so that its thread stops before the state it
+  // builds from goes.
+  StepBuilder builder([&graphs](StepGraph& g) { graphs.build_next(g); }, setup.total_steps - setup.first_step,
+                      in.options.build_ahead);
+  Executor executor(in, layers, platform, builder, dump.get(), setup);
+  executor.start();
+  engine.run();
+  SimResult result = executor.finish(measured_steps);
+  result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  return result;
+}
+
+}  // namespace moesim::sim

@@ -1,0 +1,111 @@
+// What the engine simulates, in its own terms (docs/simulator.md): the workload kind and shape, how
+// dispatch is routed, and the mechanisms of one simulation (chunks per layer, contention on or off,
+// power cap, step range). The study room maps a study file onto these; nothing here knows of it.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "common/enum_table.hpp"
+
+namespace moesim::models {
+struct Architecture;
+struct Cluster;
+struct Profile;
+}  // namespace moesim::models
+
+namespace moesim::sim {
+
+struct Placement;
+class StepSource;
+
+enum class WorkloadMode { kPrefill, kDecode, kTraining, kSynthetic };
+enum class DispatchMode { kFlat, kHierarchical };
+enum class GradientSync { kAllReduce, kFsdp };
+
+inline constexpr std::array<common::EnumName<WorkloadMode>, 4> kWorkloadModes{
+    {{WorkloadMode::kPrefill, "prefill"},
+     {WorkloadMode::kDecode, "decode"},
+     {WorkloadMode::kTraining, "training"},
+     {WorkloadMode::kSynthetic, "synthetic"}}};
+inline constexpr std::array<common::EnumName<DispatchMode>, 2> kDispatchModes{
+    {{DispatchMode::kFlat, "flat"}, {DispatchMode::kHierarchical, "hierarchical"}}};
+inline constexpr std::array<common::EnumName<GradientSync>, 2> kGradientSyncs{
+    {{GradientSync::kAllReduce, "all_reduce"}, {GradientSync::kFsdp, "fsdp"}}};
+
+inline std::string workload_mode_name(WorkloadMode m) { return common::enum_name<WorkloadMode>(kWorkloadModes, m); }
+inline std::string dispatch_mode_name(DispatchMode m) { return common::enum_name<DispatchMode>(kDispatchModes, m); }
+inline std::string gradient_sync_name(GradientSync g) { return common::enum_name<GradientSync>(kGradientSyncs, g); }
+
+struct Workload {
+  WorkloadMode mode = WorkloadMode::kDecode;
+  long tokens_per_step = 4096;  // prefill, training: tokens per step (micro-batch)
+  int batch_sequences = 64;     // decode: sequences active at once
+  // decode: the first batch_sequences sequences start at staggered positions (steady state of a
+  // serving batch); false: every sequence from its first token (a batch of fresh requests).
+  bool decode_staggered = true;
+  int steps = 100;              // measured steps
+  int warmup_steps = 0;         // simulated but not counted
+  // training
+  int micro_batches = 1;
+  GradientSync gradient = GradientSync::kAllReduce;
+  // dense training (no trace): sequences of `sequence_length` tokens, `batch` sequences per GPU
+  int batch = 8;
+  long sequence_length = 2048;
+  // synthetic: per layer compute, all-to-all, compute, all-to-all, strictly in sequence
+  double synthetic_compute = 300e-6;       // s per compute phase
+  double synthetic_a2a_bytes = 8388608.0;  // bytes per GPU per all-to-all, split evenly over GPUs
+  int synthetic_layers = 58;
+  // false: compute, all-to-all, compute, all-to-all strictly in sequence; true: each all-to-all runs
+  // concurrently with the compute phase before it (a fully overlapped pattern).
+  bool synthetic_overlap = false;
+  bool operator==(const Workload&) const = default;
+};
+
+struct EngineOptions {
+  std::vector<int> layer_chunks;  // per decoder layer: chunks of its MoE all-to-all (1 = sequential)
+  // 2: two-batch overlap (prefill and decode): the step's tokens in two micro-batches, one's attention,
+  // shared experts and dense parts under the other's dispatch and combine; 1: one batch.
+  int micro_batches = 1;
+  // SMs the dispatch and combine kernels hold (contention): -1 the profile's (NCCL's channels); 0 a
+  // copy engine or RDMA that takes none (DeepEP's low-latency kernels), so compute runs unslowed.
+  int dispatch_sms = -1;
+  bool contention = true;         // false: the ideal timeline
+  DispatchMode dispatch = DispatchMode::kFlat;
+  double power_cap = 0.0;         // W, 0 = none
+  double clock_limit = 0.0;       // Hz, SM clock limit, 0 = none
+  int steps = 1;                  // measured steps
+  int warmup_steps = 0;           // simulated first, not measured
+  // Simulate only the steps [first_step, end_step) of the warmup + measured sequence (end_step -1:
+  // to the end); the steps before first_step are drawn from the source and not simulated. Steps
+  // meet at a barrier with every GPU idle, so a range starting later is the same simulation shifted
+  // in time (docs/simulator.md, "Steps in parallel").
+  int first_step = 0;
+  int end_step = -1;
+  int timeline_steps = 0;         // steps recorded in the Chrome-trace timeline (0 = none)
+  std::vector<std::string> simgrid_cfg;
+  std::string label;              // "overlapped", "ideal", ... for reports
+  std::string dump_activities;    // write every task to this file for moesim-replay ("" = off)
+  // Run a synthetic uniform all-to-all as one flow per GPU where that is exact (docs/simulator.md,
+  // "Aggregated uniform all-to-all"); false runs every (source, destination) flow (tests compare).
+  bool merge_uniform_all_to_all = true;
+  // Build each step's graph (drawing its batch from the trace, routing its tokens) on a worker
+  // thread while the engine runs the step before it (docs/simulator.md, "Building ahead"). The
+  // graphs are the same either way; false builds each step in the engine's thread when it starts.
+  bool build_ahead = true;
+};
+
+struct EngineInput {
+  const models::Architecture* arch = nullptr;
+  const models::Cluster* cluster = nullptr;
+  const models::Profile* profile = nullptr;
+  const Placement* placement = nullptr;  // MoE workloads
+  int tp = 1;
+  int ep = 1;
+  const Workload* workload = nullptr;
+  StepSource* steps = nullptr;  // prefill/decode and MoE training
+  EngineOptions options;
+};
+
+}  // namespace moesim::sim

@@ -1,0 +1,116 @@
+// Runs step graphs in SimGrid (docs/simulator.md, "Contention"): starts each task as its
+// predecessors complete (computes as Execs on the GPU's host, transfers as Comms between GPU hosts),
+// slows a GPU's compute and its ports while it computes and communicates at once (the profile's
+// contention factors), and accounts energy, busy time, per-layer tails, traffic and the timeline.
+// Lives in the engine's thread; takes graphs from a StepBuilder.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include <simgrid/s4u.hpp>
+
+#include "models/costs.hpp"
+#include "sim/engine/activity_dump.hpp"
+#include "sim/engine/engine_input.hpp"
+#include "sim/engine/platform.hpp"
+#include "sim/engine/result.hpp"
+#include "sim/engine/step_builder.hpp"
+
+namespace moesim::sim {
+
+struct ExecutorSetup {
+  std::array<double, 4> state_power{};  // W per models::GpuState, clock limit and cap applied
+  int first_step = 0;                   // the first step simulated (earlier ones were skipped)
+  int total_steps = 0;                  // the step after the last one simulated
+};
+
+class Executor {
+ public:
+  Executor(const EngineInput& input, const LayerTable& layers, Platform& platform, StepBuilder& builder,
+           ActivityDump* dump, const ExecutorSetup& setup);
+  // Registers the completion callback and starts the first step; engine.run() does the rest.
+  void start();
+  // After engine.run(): the result of the measured steps (RunError when a dependency was never met).
+  SimResult finish(int measured_steps);
+
+ private:
+  struct GpuTrack {
+    int comm_active = 0;              // transfers in flight touching this GPU
+    const Task* compute = nullptr;    // the running compute task
+    const Task* last_comm = nullptr;  // the most recent transfer started here (contention lookup)
+    double state_since = 0.0;
+    models::GpuState state = models::GpuState::kIdle;
+    // The last contention lookup: the same operation against the same GEMM recurs many times in a row.
+    models::CollectiveOp cached_op = models::CollectiveOp::kAllToAll;
+    double cached_bytes = -1.0, cached_flops = -1.0;
+    models::ComputeClass cached_class = models::ComputeClass::kComputeBound;
+    int cached_sms = -2;
+    models::Slowdown cached;
+  };
+  // models::contention by (operation, operation bytes, GEMM FLOP): the same few pairs recur all run.
+  struct ContentionKey {
+    models::CollectiveOp op;
+    double bytes, flops;
+    models::ComputeClass cls;
+    int sms;
+    bool operator==(const ContentionKey&) const = default;
+  };
+  struct ContentionHash {
+    std::size_t operator()(const ContentionKey& k) const;
+  };
+
+  void start_step();
+  void start_task(std::uint32_t id);
+  void start_compute(Task& t, std::uint32_t id);
+  void start_transfer(Task& t, std::uint32_t id);
+  void complete(std::uint32_t id);
+  void finish_task(Task& t);
+  void record_timeline(const StepGraph& g, const Task& t);
+  void end_step(double end);
+  void refresh_contention(int gpu);
+  const models::Slowdown& slowdown(GpuTrack& tr, const Task& comm);
+  void account_state(int gpu);
+  void dump_step(const StepGraph& g);
+  static constexpr std::size_t kLayerSums = 5;
+  std::size_t gpu_layer(int gpu, int layer) const {
+    return static_cast<std::size_t>(gpu) * layers_.size() + static_cast<std::size_t>(layer);
+  }
+
+  const EngineInput& in_;
+  const models::Profile& profile_;
+  const LayerTable& layers_;
+  Platform& platform_;
+  StepBuilder& builder_;
+  ActivityDump* dump_;
+  ExecutorSetup setup_;
+  std::uint64_t dump_next_id_ = 0;  // global id of the current step's first task
+  std::uint64_t dump_prev_end_ = 0;  // global id of the previous step's end task
+
+  // The running step's graph and the one before (its activities may still be referenced from the
+  // completion callback that starts the next step); activities are released in this thread before
+  // their graph goes back to the builder.
+  std::unique_ptr<StepGraph> current_, previous_;
+  std::vector<simgrid::s4u::ActivityPtr> current_activities_, previous_activities_;
+  std::vector<std::uint32_t> worklist_;
+  bool draining_ = false;
+  int step_index_ = 0;  // steps started so far
+  double step_start_ = 0.0;
+  bool measuring_ = false;
+
+  std::vector<GpuTrack> track_;
+  std::unordered_map<ContentionKey, models::Slowdown, ContentionHash> contention_memo_;
+  // Per-step, per (gpu, layer slot) accumulators.
+  std::vector<double> token_time_;
+  std::vector<int> a2a_active_;
+  std::vector<double> a2a_since_, a2a_time_;
+  std::vector<double> layer_sums_;  // [slot][5]: token tail, token avg, a2a tail, a2a avg, span
+  std::vector<double> layer_first_, layer_last_;  // per slot, this step: earliest task start, latest end
+  std::vector<double> rank_token_sums_;
+  SimResult result_;
+};
+
+}  // namespace moesim::sim

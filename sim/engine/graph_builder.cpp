@@ -1,0 +1,781 @@
+#include "sim/engine/graph_builder.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string_view>
+
+#include "common/error.hpp"
+#include "sim/engine/collectives.hpp"
+#include "sim/placement/routing_rule.hpp"
+
+namespace moesim::sim {
+
+namespace {
+
+using models::CollectiveOp;
+
+// [token][layer][K] ids to [layer][token][K]; K a compile-time constant, so that a token's ids at
+// one layer move as one fixed-size copy.
+template <std::size_t K>
+void to_layer_major_k(const std::uint16_t* from, std::uint16_t* to, std::size_t n, std::size_t layers) {
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t l = 0; l < layers; ++l, from += K) std::memcpy(to + (l * n + i) * K, from, K * sizeof(std::uint16_t));
+}
+
+void to_layer_major(const std::uint16_t* from, std::uint16_t* to, std::size_t n, std::size_t layers, std::size_t k) {
+  switch (k) {
+    case 1: return to_layer_major_k<1>(from, to, n, layers);
+    case 2: return to_layer_major_k<2>(from, to, n, layers);
+    case 4: return to_layer_major_k<4>(from, to, n, layers);
+    case 6: return to_layer_major_k<6>(from, to, n, layers);
+    case 8: return to_layer_major_k<8>(from, to, n, layers);
+    default:
+      // Any other top-k: an element loop, not a library copy call per (token, layer).
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t l = 0; l < layers; ++l, from += k) {
+          std::uint16_t* dst = to + (l * n + i) * k;
+          for (std::size_t j = 0; j < k; ++j) dst[j] = from[j];
+        }
+  }
+}
+
+void reset_lists(std::vector<std::vector<std::uint32_t>>& v, std::size_t outer) {
+  if (v.size() < outer) v.resize(outer);
+  for (std::size_t i = 0; i < outer; ++i) v[i].clear();
+}
+
+std::vector<long> tokens_per_home(const StepBatch& batch, int ep) {
+  std::vector<long> home_tokens(static_cast<std::size_t>(ep), 0);
+  for (int h : batch.home) ++home_tokens[static_cast<std::size_t>(h)];
+  return home_tokens;
+}
+
+}  // namespace
+
+LayerTable make_layer_table(const EngineInput& input) {
+  LayerTable t;
+  if (input.workload->mode == WorkloadMode::kSynthetic) {
+    for (int l = 0; l < input.workload->synthetic_layers; ++l) {
+      t.ids.push_back(l);
+      t.moe.push_back(1);
+    }
+    return t;
+  }
+  const auto& arch = *input.arch;
+  std::size_t li = 0;
+  for (int d = 0; d < arch.num_layers; ++d) {
+    t.ids.push_back(d);
+    const bool moe = li < arch.moe_layers.size() && arch.moe_layers[li] == d;
+    t.moe.push_back(moe ? 1 : 0);
+    if (moe) ++li;
+  }
+  return t;
+}
+
+GraphBuilder::GraphBuilder(const EngineInput& input, const LayerTable& layers, const Fabric& fabric,
+                           double speed_factor)
+    : input_(input), arch_(*input.arch), cluster_(*input.cluster), profile_(*input.profile), layers_(layers),
+      fabric_(fabric), speed_factor_(speed_factor),
+      dtype_bytes_(models::dtype_bytes(input.arch->dtype)) {
+  rank_node_ = rank_nodes(cluster_, input.ep, input.tp);
+  a2a_one_node_ = input.ep * input.tp <= cluster_.gpus_per_node;
+  const int n = input.ep * input.tp, p = cluster_.gpus_per_node;
+  for (int g = 0; g < n; ++g) {
+    // A peer across this GPU's first hop: another GPU of its node, or the same local index next node.
+    const int peer = a2a_one_node_ ? (p > 1 ? (g / p) * p + (g % p + 1) % p : g) : (g + p) % cluster_.total_gpus();
+    a2a_port_.push_back(peer == g ? RouteFigures{0.0, 1e30} : fabric_.figures(g, peer));
+  }
+  if (input.placement) router_ = std::make_unique<LayerRouter>(*input.placement, rank_node_, arch_.num_experts, arch_.top_k);
+}
+
+double GraphBuilder::a2a_scale(int gpu, double op_bytes) const {
+  return alltoall_scale(profile_, input_.ep, a2a_one_node_, op_bytes, a2a_port_[static_cast<std::size_t>(gpu)]);
+}
+
+int GraphBuilder::gateway(int node, int gpu) const {
+  return std::min(cluster_.total_gpus() - 1, node * cluster_.gpus_per_node + cluster_.local_index(gpu));
+}
+
+const std::uint16_t* GraphBuilder::layer_major(const StepBatch& batch, std::size_t layers) {
+  if (layer_major_of_ != &batch) {
+    const std::size_t n = batch.size(), k = static_cast<std::size_t>(arch_.top_k);
+    layer_major_ids_.resize(n * layers * k);
+    to_layer_major(batch.experts.data(), layer_major_ids_.data(), n, layers, k);
+    layer_major_of_ = &batch;
+  }
+  return layer_major_ids_.data();
+}
+
+std::uint32_t GraphBuilder::add_compute(StepGraph& g, int gpu, Category cat, int slot, const models::ExpertWork& w,
+                                        Streams& s, std::initializer_list<std::uint32_t> deps) {
+  Task t;
+  t.kind = TaskKind::kCompute;
+  t.category = cat;
+  t.gpu = gpu;
+  t.layer = slot;
+  t.amount = w.time * compute_scale_ / speed_factor_;
+  t.flops = w.flops * compute_scale_;
+  t.compute_class = models::compute_class(profile_, arch_.dtype, w.flops, w.bytes);
+  const auto id = g.add(t);
+  auto& last = s.compute[static_cast<std::size_t>(gpu)];
+  g.edge(last, id);
+  for (auto d : deps)
+    if (d != last) g.edge(d, id);
+  last = id;
+  return id;
+}
+
+std::uint32_t GraphBuilder::add_transfer(StepGraph& g, int src, int dst, double bytes, Category cat, double op_bytes,
+                                         int slot, double scale) {
+  Task x;
+  x.kind = TaskKind::kTransfer;
+  x.category = cat;
+  x.gpu = src;
+  x.dst = dst;
+  x.amount = bytes * scale;
+  x.payload = bytes;
+  x.op_bytes = op_bytes;
+  x.layer = slot;
+  if (cat == Category::kDispatch || cat == Category::kCombine)
+    x.comm_sms = static_cast<std::int16_t>(input_.options.dispatch_sms);
+  return g.add(x);
+}
+
+std::pair<std::uint32_t, std::uint32_t> GraphBuilder::add_stream_op(StepGraph& g, int gpu, std::uint32_t dep,
+                                                                    Category cat, int slot, Streams& s) {
+  Task j;
+  j.kind = TaskKind::kJoin;
+  j.category = cat;
+  j.gpu = gpu;
+  j.layer = slot;
+  j.timeline = true;
+  auto& last = (cat == Category::kCombine ? s.combine : s.comm)[static_cast<std::size_t>(gpu)];
+  const auto start = g.add(Task{});  // gate: previous op done and data ready
+  g.edge(last, start);
+  g.edge(dep, start);
+  const auto id = g.add(j);
+  g.edge(start, id);
+  last = id;
+  g.tasks[id].gate = start;
+  return {start, id};
+}
+
+std::uint32_t GraphBuilder::add_tp_collective(StepGraph& g, int rank, CollectiveOp op, double bytes, int slot,
+                                              const std::vector<std::uint32_t>& deps_per_gpu) {
+  std::vector<int> group;
+  for (int t = 0; t < input_.tp; ++t) group.push_back(gpu_of(rank, t));
+  return add_ring_collective(g, group, op, bytes, slot, deps_per_gpu, Category::kTpCollective);
+}
+
+std::uint32_t GraphBuilder::add_ring_collective(StepGraph& g, const std::vector<int>& group, CollectiveOp op,
+                                                double bytes, int slot, const std::vector<std::uint32_t>& deps_per_gpu,
+                                                Category cat) {
+  Task join;
+  join.kind = TaskKind::kJoin;
+  join.category = cat;
+  join.gpu = group.front();
+  join.layer = slot;
+  const auto j = g.add(join);
+  const SizedCollective ring = ring_collective(fabric_, profile_, op, group, bytes);
+  for (const SizedTransfer& x : ring.transfers) {
+    const int src = x.src;
+    const auto id = add_transfer(g, x.src, x.dst, x.bytes, cat, bytes, slot);
+    g.tasks[id].comm_op = op;
+    g.edge(deps_per_gpu[static_cast<std::size_t>(src)], id);
+    g.edge(id, j);
+  }
+  return j;
+}
+
+void GraphBuilder::route_moe_layer(StepGraph& g, const StepBatch& batch, const std::vector<long>& home_tokens,
+                                   std::size_t moe_index, int chunks, int slot) {
+  const auto k = static_cast<std::size_t>(arch_.top_k);
+  const std::size_t L = batch.experts.size() / std::max<std::size_t>(1, batch.size() * k);
+  if (chunks_of_ != &batch) {
+    for (auto& v : token_chunk_) v.clear();
+    chunks_of_ = &batch;
+  }
+  const auto C = static_cast<std::size_t>(chunks);
+  if (token_chunk_.size() <= C) token_chunk_.resize(C + 1);
+  auto& chunk = token_chunk_[C];
+  if (chunk.size() != batch.size()) token_chunks(batch.home, home_tokens, chunks, chunk);
+  const LayerTokens tokens{layer_major(batch, L) + moe_index * batch.size() * k, batch.home, batch.token_index, chunk};
+  router_->route(moe_index, tokens, chunks, moe_.counts);
+  const auto& counts = moe_.counts;
+  const int ep = input_.ep, experts = arch_.num_experts;
+  for (int r = 0; r < ep; ++r) {
+    long total = 0;
+    for (std::size_t c = 0; c < C; ++c)
+      for (int e = 0; e < experts; ++e) total += counts.expert_tokens[c][static_cast<std::size_t>(r * experts + e)];
+    g.rank_tokens[static_cast<std::size_t>(slot * ep + r)] += static_cast<double>(total);
+  }
+}
+
+void GraphBuilder::add_shared_experts(StepGraph& g, const std::vector<long>& home_tokens, int slot, Streams& s) {
+  MoeScratch& m = moe_;
+  m.shared_done.assign(static_cast<std::size_t>(gpus()), 0);
+  if (arch_.num_shared_experts == 0) return;
+  const int tp = input_.tp;
+  const long ffn = static_cast<long>(arch_.num_shared_experts) * arch_.shared_expert_ffn_size;
+  for (int gpu = 0; gpu < gpus(); ++gpu) {
+    const long tokens = home_tokens[static_cast<std::size_t>(gpu / tp)];
+    m.shared_done[static_cast<std::size_t>(gpu)] =
+        add_compute(g, gpu, Category::kShared, slot, models::dense_ffn_time(profile_, arch_, tokens, ffn, tp), s,
+                    {s.ready[static_cast<std::size_t>(gpu)]});
+  }
+}
+
+void GraphBuilder::end_moe_layer(StepGraph& g, const std::vector<std::uint32_t>& wait, Streams& s) {
+  MoeScratch& m = moe_;
+  const bool have_shared = arch_.num_shared_experts > 0;
+  for (int gpu = 0; gpu < gpus(); ++gpu) {
+    const auto id = g.add(Task{});
+    for (auto x : m.arrivals[static_cast<std::size_t>(gpu)]) g.edge(x, id);
+    g.edge(wait[static_cast<std::size_t>(gpu)], id);
+    if (have_shared) g.edge(m.shared_done[static_cast<std::size_t>(gpu)], id);
+    s.ready[static_cast<std::size_t>(gpu)] = id;
+  }
+}
+
+void GraphBuilder::build_moe_layer(StepGraph& g, const StepBatch& batch, const std::vector<long>& home_tokens,
+                                   std::size_t moe_index, int chunks, int slot, Streams& s) {
+  route_moe_layer(g, batch, home_tokens, moe_index, chunks, slot);
+  MoeScratch& m = moe_;
+  // The layer's input is ready on each home GPU: shared experts start on the compute stream.
+  m.attn_done = s.ready;
+  add_shared_experts(g, home_tokens, slot, s);
+  reset_lists(m.arrivals, static_cast<std::size_t>(gpus()));
+  const auto C = static_cast<std::size_t>(chunks);
+  for (std::size_t c = 0; c < C; ++c) {
+    add_dispatch(g, c, slot, s);
+    add_expert_compute(g, c, slot, s);
+    add_combine(g, c, slot, s);
+  }
+  for (int gpu = 0; gpu < gpus(); ++gpu)
+    m.arrivals[static_cast<std::size_t>(gpu)].push_back(m.compute_done[static_cast<std::size_t>(gpu)]);
+  // The layer ends on a home GPU when its tokens are back, its own expert work and shared experts done.
+  end_moe_layer(g, s.compute, s);
+}
+
+// Dispatch of chunk c: one stream operation per source GPU. Hierarchical: one inter-node transfer
+// per destination node to the GPU of the same local index there (tokens deduplicated), then NVLink
+// forwarding inside the node.
+void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& s) {
+  MoeScratch& m = moe_;
+  const LayerCounts& counts = m.counts;
+  const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes;
+  const double token_bytes = static_cast<double>(arch_.hidden_size) * dtype_bytes_ / tp;
+  const bool hier = input_.options.dispatch == DispatchMode::kHierarchical;
+  reset_lists(m.into, static_cast<std::size_t>(gpus()));
+  for (int h = 0; h < ep; ++h) {
+    for (int t = 0; t < tp; ++t) {
+      const int src = gpu_of(h, t);
+      double op_bytes = 0.0;
+      for (int r = 0; r < ep; ++r)
+        if (r != h) op_bytes += static_cast<double>(counts.send(c, h, r)) * token_bytes;
+      if (op_bytes <= 0.0) continue;
+      const double scale = a2a_scale(src, op_bytes);
+      auto [gate, op] = add_stream_op(g, src, m.attn_done[static_cast<std::size_t>(src)], Category::kDispatch, slot, s);
+      m.gateway_arrival.assign(static_cast<std::size_t>(nodes), 0);
+      m.has_gateway.assign(static_cast<std::size_t>(nodes), 0);
+      for (int r = 0; r < ep; ++r) {
+        const long n = counts.send(c, h, r);
+        if (r == h || n == 0) continue;
+        const int dst = gpu_of(r, t);
+        const int dn = rank_node_[static_cast<std::size_t>(r)];
+        const double bytes = static_cast<double>(n) * token_bytes;
+        if (!hier || dn == rank_node_[static_cast<std::size_t>(h)]) {
+          const auto x = add_transfer(g, src, dst, bytes, Category::kDispatch, op_bytes, slot, scale);
+          g.edge(gate, x);
+          g.edge(x, op);
+          m.into[static_cast<std::size_t>(dst)].push_back(x);
+          continue;
+        }
+        const int gw = gateway(dn, src);
+        const auto node_slot = static_cast<std::size_t>(dn);
+        if (!m.has_gateway[node_slot]) {
+          m.has_gateway[node_slot] = 1;
+          const double b = static_cast<double>(counts.node_send(c, h, dn)) * token_bytes;
+          const auto x = add_transfer(g, src, gw, b, Category::kDispatch, op_bytes, slot, scale);
+          g.edge(gate, x);
+          g.edge(x, op);
+          m.gateway_arrival[node_slot] = x;
+        }
+        const auto arrive = m.gateway_arrival[node_slot];
+        if (dst == gw) {
+          m.into[static_cast<std::size_t>(dst)].push_back(arrive);
+          continue;
+        }
+        const auto f = add_transfer(g, gw, dst, bytes, Category::kDispatch, op_bytes, slot, scale);
+        g.edge(arrive, f);
+        g.edge(f, op);
+        m.into[static_cast<std::size_t>(dst)].push_back(f);
+      }
+    }
+  }
+}
+
+// Expert compute of chunk c on every GPU of every rank (TP: all-gather before, reduce-scatter after).
+void GraphBuilder::add_expert_compute(StepGraph& g, std::size_t c, int slot, Streams& s) {
+  MoeScratch& m = moe_;
+  const LayerCounts& counts = m.counts;
+  const int ep = input_.ep, tp = input_.tp, experts = arch_.num_experts;
+  m.compute_done.assign(static_cast<std::size_t>(gpus()), 0);
+  for (int r = 0; r < ep; ++r) {
+    m.per_expert.clear();
+    long received = 0;
+    for (int e = 0; e < experts; ++e) {
+      const long n = counts.expert_tokens[c][static_cast<std::size_t>(r * experts + e)];
+      if (n > 0) m.per_expert.push_back(n);
+      received += n;
+    }
+    m.inputs_ready.assign(static_cast<std::size_t>(gpus()), 0);
+    for (int t = 0; t < tp; ++t) {
+      const int gpu = gpu_of(r, t);
+      const auto gid = g.add(Task{});
+      g.edge(m.attn_done[static_cast<std::size_t>(gpu)], gid);
+      for (auto x : m.into[static_cast<std::size_t>(gpu)]) g.edge(x, gid);
+      m.inputs_ready[static_cast<std::size_t>(gpu)] = gid;
+    }
+    const bool tp_collectives = tp > 1 && received > 0;
+    const double gathered_bytes = static_cast<double>(received) * arch_.hidden_size * dtype_bytes_;
+    std::uint32_t ag = 0;
+    if (tp_collectives) ag = add_tp_collective(g, r, CollectiveOp::kAllGather, gathered_bytes, slot, m.inputs_ready);
+    for (int t = 0; t < tp; ++t) {
+      const int gpu = gpu_of(r, t);
+      const auto dep = tp_collectives ? ag : m.inputs_ready[static_cast<std::size_t>(gpu)];
+      if (m.per_expert.empty()) {
+        m.compute_done[static_cast<std::size_t>(gpu)] = dep;
+        continue;
+      }
+      m.compute_done[static_cast<std::size_t>(gpu)] = add_compute(
+          g, gpu, Category::kExpert, slot, models::grouped_expert_time(profile_, arch_, m.per_expert, tp), s, {dep});
+    }
+    if (tp_collectives) {
+      const auto rs = add_tp_collective(g, r, CollectiveOp::kReduceScatter, gathered_bytes, slot, m.compute_done);
+      for (int t = 0; t < tp; ++t) m.compute_done[static_cast<std::size_t>(gpu_of(r, t))] = rs;
+    }
+  }
+}
+
+// Combine of chunk c: the reverse transfers, one stream operation per expert GPU. Hierarchical:
+// results for a home GPU in another node go over NVLink to the gateway of this node (the GPU with
+// the home GPU's local index), which sends them, reduced per token, in one inter-node transfer.
+void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s) {
+  MoeScratch& m = moe_;
+  const LayerCounts& counts = m.counts;
+  const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes, n_gpus = gpus();
+  const double token_bytes = static_cast<double>(arch_.hidden_size) * dtype_bytes_ / tp;
+  const bool hier = input_.options.dispatch == DispatchMode::kHierarchical;
+  reset_lists(m.at_gateway, static_cast<std::size_t>(n_gpus * nodes));
+  m.via_gateway.assign(static_cast<std::size_t>(n_gpus * nodes), 0);
+  for (int r = 0; r < ep; ++r) {
+    for (int t = 0; t < tp; ++t) {
+      const int src = gpu_of(r, t);
+      double op_bytes = 0.0;
+      for (int h = 0; h < ep; ++h)
+        if (h != r) op_bytes += static_cast<double>(counts.send(c, h, r)) * token_bytes;
+      if (op_bytes <= 0.0) continue;
+      const double scale = a2a_scale(src, op_bytes);
+      auto [gate, op] = add_stream_op(g, src, m.compute_done[static_cast<std::size_t>(src)], Category::kCombine, slot, s);
+      const int sn = rank_node_[static_cast<std::size_t>(r)];
+      for (int h = 0; h < ep; ++h) {
+        const long n = counts.send(c, h, r);
+        if (h == r || n == 0) continue;
+        const int home = gpu_of(h, t);
+        const double bytes = static_cast<double>(n) * token_bytes;
+        if (!hier || sn == rank_node_[static_cast<std::size_t>(h)]) {
+          const auto x = add_transfer(g, src, home, bytes, Category::kCombine, op_bytes, slot, scale);
+          g.edge(gate, x);
+          g.edge(x, op);
+          m.arrivals[static_cast<std::size_t>(home)].push_back(x);
+          continue;
+        }
+        const auto key = static_cast<std::size_t>(home * nodes + sn);
+        m.via_gateway[key] = 1;
+        if (src == gateway(sn, home)) {
+          m.at_gateway[key].push_back(gate);
+          continue;
+        }
+        const auto x = add_transfer(g, src, gateway(sn, home), bytes, Category::kCombine, op_bytes, slot, scale);
+        g.edge(gate, x);
+        g.edge(x, op);
+        m.at_gateway[key].push_back(x);
+      }
+    }
+  }
+  for (int home = 0; home < n_gpus; ++home)
+    for (int sn = 0; sn < nodes; ++sn) {
+      const auto key = static_cast<std::size_t>(home * nodes + sn);
+      if (!m.via_gateway[key]) continue;
+      const double bytes = static_cast<double>(counts.node_send(c, home / tp, sn)) * token_bytes;
+      const auto x = add_transfer(g, gateway(sn, home), home, bytes, Category::kCombine, bytes, slot);
+      for (auto d : m.at_gateway[key]) g.edge(d, x);
+      m.arrivals[static_cast<std::size_t>(home)].push_back(x);
+    }
+}
+
+void GraphBuilder::add_tp_all_reduce(StepGraph& g, const std::vector<long>& home_tokens, int slot, Streams& s) {
+  const int tp = input_.tp;
+  if (tp == 1) return;
+  for (int r = 0; r < input_.ep; ++r) {
+    const long tokens = home_tokens[static_cast<std::size_t>(r)];
+    if (tokens == 0) continue;
+    const double bytes = static_cast<double>(tokens) * arch_.hidden_size * dtype_bytes_;
+    const auto j = add_tp_collective(g, r, CollectiveOp::kAllReduce, bytes, slot, s.ready);
+    for (int t = 0; t < tp; ++t) s.ready[static_cast<std::size_t>(gpu_of(r, t))] = j;
+  }
+}
+
+// Attention on every GPU of each home group (heads split by TP), then the TP all-reduce.
+void GraphBuilder::add_attention(StepGraph& g, const std::vector<models::AttentionBatch>& attention,
+                                 const std::vector<long>& home_tokens, int slot, Streams& s) {
+  const int tp = input_.tp;
+  for (int gpu = 0; gpu < gpus(); ++gpu) {
+    const auto& a = attention[static_cast<std::size_t>(gpu / tp)];
+    if (a.new_tokens.empty()) continue;
+    s.ready[static_cast<std::size_t>(gpu)] = add_compute(g, gpu, Category::kAttention, slot,
+                                                         models::attention_time(profile_, arch_, a, tp), s,
+                                                         {s.ready[static_cast<std::size_t>(gpu)]});
+  }
+  add_tp_all_reduce(g, home_tokens, slot, s);
+}
+
+// A dense layer's FFN on every GPU, then the TP all-reduce.
+void GraphBuilder::add_dense(StepGraph& g, const std::vector<long>& home_tokens, int slot, Streams& s) {
+  const int tp = input_.tp;
+  for (int gpu = 0; gpu < gpus(); ++gpu) {
+    const long tokens = home_tokens[static_cast<std::size_t>(gpu / tp)];
+    if (tokens == 0) continue;
+    s.ready[static_cast<std::size_t>(gpu)] =
+        add_compute(g, gpu, Category::kDense, slot, models::dense_ffn_time(profile_, arch_, tokens, arch_.dense_ffn_size, tp),
+                    s, {s.ready[static_cast<std::size_t>(gpu)]});
+  }
+  add_tp_all_reduce(g, home_tokens, slot, s);
+}
+
+void GraphBuilder::build_layer(StepGraph& g, const StepBatch& batch, int d, std::size_t& moe_index,
+                               const std::vector<long>& home_tokens, Streams& s) {
+  const bool moe = moe_index < arch_.moe_layers.size() && arch_.moe_layers[moe_index] == d;
+  add_attention(g, batch.attention, home_tokens, d, s);
+  if (!moe) {
+    add_dense(g, home_tokens, d, s);
+    return;
+  }
+  const auto& chunks = input_.options.layer_chunks;
+  build_moe_layer(g, batch, home_tokens, moe_index, chunks.empty() ? 1 : chunks[static_cast<std::size_t>(d)], d, s);
+  ++moe_index;
+}
+
+double GraphBuilder::layer_param_bytes(int d) const {
+  const double h = arch_.hidden_size;
+  const auto& at = arch_.attention;
+  double attn = 0.0;
+  if (at.kind == "mla") {
+    const double qk = at.qk_nope_head_dim + at.qk_rope_head_dim;
+    attn += at.q_lora_rank > 0 ? h * at.q_lora_rank + static_cast<double>(at.q_lora_rank) * at.num_heads * qk
+                               : h * at.num_heads * qk;
+    attn += h * (at.kv_lora_rank + at.qk_rope_head_dim) +
+            static_cast<double>(at.kv_lora_rank) * at.num_heads * (at.qk_nope_head_dim + at.v_head_dim);
+    attn += static_cast<double>(at.num_heads) * at.v_head_dim * h;
+  } else {
+    attn = h * at.num_heads * at.head_dim * 2 + h * at.num_kv_heads * at.head_dim * 2;
+  }
+  const bool moe = std::find(arch_.moe_layers.begin(), arch_.moe_layers.end(), d) != arch_.moe_layers.end();
+  double ffn = 0.0;
+  if (moe) {
+    ffn = h * arch_.num_experts +  // router
+          static_cast<double>(arch_.num_shared_experts) * arch_.ffn_projections * h * arch_.shared_expert_ffn_size;
+  } else {
+    ffn = static_cast<double>(arch_.ffn_projections) * h * arch_.dense_ffn_size;
+  }
+  return (attn + ffn) * dtype_bytes_ / input_.tp;
+}
+
+void GraphBuilder::build_training_step(StepGraph& g) {
+  const auto root = g.add(Task{});
+  const int n_gpus = gpus();
+  const Workload& w = *input_.workload;
+  const auto& chunks = input_.options.layer_chunks;
+  const bool overlap = !chunks.empty() && *std::max_element(chunks.begin(), chunks.end()) > 1;
+  const bool fsdp = w.gradient == GradientSync::kFsdp;
+  Streams s(static_cast<std::size_t>(n_gpus), root);
+  // The data-parallel group of each TP index: the GPUs holding the same parameter shard.
+  std::vector<std::vector<int>> dp_groups(static_cast<std::size_t>(input_.tp));
+  for (int gpu = 0; gpu < n_gpus; ++gpu) dp_groups[static_cast<std::size_t>(gpu % input_.tp)].push_back(gpu);
+
+  // A gradient or parameter collective of layer d on every DP group, on the communication stream.
+  // Overlapped: it waits only for its data and the stream; sequential: compute waits for it too.
+  auto layer_collective = [&](CollectiveOp op, int d, bool blocks_compute) {
+    if (dp_groups.front().size() < 2) return;
+    const double bytes = layer_param_bytes(d);
+    std::vector<std::uint32_t> deps(static_cast<std::size_t>(n_gpus));
+    for (int gpu = 0; gpu < n_gpus; ++gpu) {
+      const auto id = g.add(Task{});
+      g.edge(s.comm[static_cast<std::size_t>(gpu)], id);
+      // A parameter gather runs ahead of compute when overlapped; gradients wait for their layer.
+      if (op != CollectiveOp::kAllGather || !overlap) g.edge(s.ready[static_cast<std::size_t>(gpu)], id);
+      deps[static_cast<std::size_t>(gpu)] = id;
+    }
+    for (const auto& group : dp_groups) {
+      const auto j = add_ring_collective(g, group, op, bytes, d, deps, Category::kGradient);
+      g.tasks[j].timeline = true;
+      g.tasks[j].gate = deps[static_cast<std::size_t>(group.front())];
+      for (int gpu : group) {
+        s.comm[static_cast<std::size_t>(gpu)] = j;
+        if (blocks_compute || !overlap) s.ready[static_cast<std::size_t>(gpu)] = j;
+      }
+    }
+  };
+
+  const long per_micro_sequences = std::max(1, w.batch / std::max(1, w.micro_batches));
+  for (int mb = 0; mb < w.micro_batches; ++mb) {
+    StepBatch dense;
+    const StepBatch* batch = nullptr;
+    if (arch_.is_moe()) {
+      batch = &micro_[static_cast<std::size_t>(mb)];
+    } else {
+      dense.attention.resize(static_cast<std::size_t>(input_.ep));
+      for (int r = 0; r < input_.ep; ++r) {
+        for (long sq = 0; sq < per_micro_sequences; ++sq) {
+          dense.attention[static_cast<std::size_t>(r)].new_tokens.push_back(w.sequence_length);
+          dense.attention[static_cast<std::size_t>(r)].context.push_back(0);
+        }
+        dense.home.insert(dense.home.end(), static_cast<std::size_t>(per_micro_sequences * w.sequence_length), r);
+      }
+      batch = &dense;
+    }
+    g.tokens += batch->size();
+    const std::vector<long> home_tokens = tokens_per_home(*batch, input_.ep);
+    // Forward (FSDP gathers each layer's parameters first; overlapped, the gather runs ahead).
+    compute_scale_ = 1.0;
+    std::size_t li = 0;
+    for (int d = 0; d < arch_.num_layers; ++d) {
+      if (fsdp) layer_collective(CollectiveOp::kAllGather, d, true);
+      build_layer(g, *batch, d, li, home_tokens, s);
+    }
+    // Loss: the vocabulary projection forward and its two gradient GEMMs.
+    for (int gpu = 0; gpu < n_gpus; ++gpu) {
+      const long tokens = home_tokens[static_cast<std::size_t>(gpu / input_.tp)];
+      if (tokens == 0) continue;
+      const double n = static_cast<double>(arch_.vocab_size) / input_.tp;
+      const double m = static_cast<double>(tokens);
+      const models::ExpertWork head{3 * models::gemm_time(profile_, arch_.dtype, m, n, arch_.hidden_size),
+                                    3 * models::gemm_flops(m, n, arch_.hidden_size),
+                                    3 * models::gemm_bytes(arch_.dtype, m, n, arch_.hidden_size)};
+      s.ready[static_cast<std::size_t>(gpu)] =
+          add_compute(g, gpu, Category::kHead, -1, head, s, {s.ready[static_cast<std::size_t>(gpu)]});
+    }
+    // Backward, last layer first: twice the forward GEMMs, the reverse all-to-alls; gradients of the
+    // last micro-batch are reduced layer by layer (all-reduce, or FSDP's reduce-scatter).
+    compute_scale_ = 2.0;
+    for (int d = arch_.num_layers; d-- > 0;) {
+      if (fsdp) layer_collective(CollectiveOp::kAllGather, d, true);
+      // build_layer treats d as MoE when the cursor points at it in the MoE layer list.
+      auto cursor = static_cast<std::size_t>(std::find(arch_.moe_layers.begin(), arch_.moe_layers.end(), d) -
+                                             arch_.moe_layers.begin());
+      build_layer(g, *batch, d, cursor, home_tokens, s);
+      if (mb + 1 == w.micro_batches)
+        layer_collective(fsdp ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce, d, false);
+    }
+    compute_scale_ = 1.0;
+  }
+  end_step(g, {&s.ready}, s, true);
+}
+
+// The vocabulary projection of each rank's tokens (vocabulary split by TP).
+void GraphBuilder::add_head(StepGraph& g, const std::vector<long>& home_tokens, Streams& s) {
+  const int tp = input_.tp;
+  for (int gpu = 0; gpu < gpus(); ++gpu) {
+    const long tokens = home_tokens[static_cast<std::size_t>(gpu / tp)];
+    if (tokens == 0) continue;
+    const double n = static_cast<double>(arch_.vocab_size) / tp;
+    const double m = static_cast<double>(tokens);
+    const models::ExpertWork w{models::gemm_time(profile_, arch_.dtype, m, n, arch_.hidden_size),
+                               models::gemm_flops(m, n, arch_.hidden_size),
+                               models::gemm_bytes(arch_.dtype, m, n, arch_.hidden_size)};
+    s.ready[static_cast<std::size_t>(gpu)] =
+        add_compute(g, gpu, Category::kHead, -1, w, s, {s.ready[static_cast<std::size_t>(gpu)]});
+  }
+}
+
+void GraphBuilder::end_step(StepGraph& g, const std::vector<const std::vector<std::uint32_t>*>& ready, const Streams& s,
+                            bool wait_compute) {
+  const auto end = g.add(Task{});
+  for (int gpu = 0; gpu < gpus(); ++gpu) {
+    const auto i = static_cast<std::size_t>(gpu);
+    for (const auto* r : ready) g.edge((*r)[i], end);
+    if (wait_compute) g.edge(s.compute[i], end);
+    g.edge(s.comm[i], end);
+    g.edge(s.combine[i], end);
+  }
+  g.end_task = end;
+}
+
+void GraphBuilder::build_inference_step(StepGraph& g, const StepBatch& batch) {
+  const auto root = g.add(Task{});
+  Streams s(static_cast<std::size_t>(gpus()), root);
+  if (input_.options.micro_batches > 1) return build_two_batch_step(g, batch, s, root);
+  const std::vector<long> home_tokens = tokens_per_home(batch, input_.ep);
+  std::size_t li = 0;  // index of the next MoE layer in the trace / placement
+  for (int d = 0; d < arch_.num_layers; ++d) build_layer(g, batch, d, li, home_tokens, s);
+  add_head(g, home_tokens, s);
+  end_step(g, {&s.ready}, s, false);
+}
+
+std::vector<GraphBuilder::MicroBatch> GraphBuilder::split_micro_batches(const StepBatch& batch,
+                                                                        const std::vector<long>& home_tokens,
+                                                                        std::uint32_t root) const {
+  std::vector<MicroBatch> mbs(2);
+  for (auto& mb : mbs) {
+    mb.home_tokens.assign(home_tokens.size(), 0);
+    mb.attention.resize(home_tokens.size());
+    mb.ready.assign(static_cast<std::size_t>(gpus()), root);
+  }
+  for (std::size_t r = 0; r < home_tokens.size(); ++r) {
+    // token_chunks' rule with two chunks: position p goes to micro-batch floor(2p / n).
+    long first = (home_tokens[r] + 1) / 2;
+    mbs[0].home_tokens[r] = first;
+    mbs[1].home_tokens[r] = home_tokens[r] - first;
+    const auto& a = batch.attention[r];
+    for (std::size_t q = 0; q < a.new_tokens.size(); ++q) {
+      const long k = a.new_tokens[q], c = a.context[q];
+      const long head = std::min(first, k);
+      if (head > 0) {
+        mbs[0].attention[r].new_tokens.push_back(head);
+        mbs[0].attention[r].context.push_back(c);
+      }
+      if (k > head) {
+        mbs[1].attention[r].new_tokens.push_back(k - head);
+        mbs[1].attention[r].context.push_back(c + head);
+      }
+      first -= head;
+    }
+  }
+  return mbs;
+}
+
+void GraphBuilder::build_two_batch_step(StepGraph& g, const StepBatch& batch, Streams& s, std::uint32_t root) {
+  const std::vector<long> home_tokens = tokens_per_home(batch, input_.ep);
+  std::vector<MicroBatch> mbs = split_micro_batches(batch, home_tokens, root);
+  MoeScratch& m = moe_;
+  // Each micro-batch's position swapped into s.ready while one of its parts is built, so that the
+  // parts take their inputs from their own micro-batch and issue on the shared streams in order.
+  auto with = [&](MicroBatch& mb, auto&& build) {
+    std::swap(s.ready, mb.ready);
+    build();
+    std::swap(s.ready, mb.ready);
+  };
+  std::size_t li = 0;
+  for (int d = 0; d < arch_.num_layers; ++d) {
+    for (auto& mb : mbs) with(mb, [&] { add_attention(g, mb.attention, mb.home_tokens, d, s); });
+    const bool moe = li < arch_.moe_layers.size() && arch_.moe_layers[li] == d;
+    if (!moe) {
+      for (auto& mb : mbs) with(mb, [&] { add_dense(g, mb.home_tokens, d, s); });
+      continue;
+    }
+    // One routing for the step: a token's chunk is its micro-batch.
+    route_moe_layer(g, batch, home_tokens, li, 2, d);
+    for (std::size_t c = 0; c < mbs.size(); ++c)
+      with(mbs[c], [&] {
+        m.attn_done = s.ready;
+        add_shared_experts(g, mbs[c].home_tokens, d, s);
+        reset_lists(m.arrivals, static_cast<std::size_t>(gpus()));
+        add_dispatch(g, c, d, s);
+        add_expert_compute(g, c, d, s);
+        add_combine(g, c, d, s);
+        // This micro-batch's layer ends on its own work, not on the other's issued after it.
+        end_moe_layer(g, m.compute_done, s);
+      });
+    ++li;
+  }
+  for (auto& mb : mbs) with(mb, [&] { add_head(g, mb.home_tokens, s); });
+  end_step(g, {&mbs[0].ready, &mbs[1].ready}, s, false);
+}
+
+void GraphBuilder::build_synthetic_step(StepGraph& g) {
+  const auto root = g.add(Task{});
+  const Workload& w = *input_.workload;
+  const int n = gpus();
+  Streams s(static_cast<std::size_t>(n), root);
+  std::uint32_t barrier = root;
+  const double part = w.synthetic_a2a_bytes / n;
+  // A synthetic compute phase counts, for the contention lookup, as a GEMM running at the dtype's peak.
+  const auto* table = profile_.gemm_table(arch_.dtype);
+  const double flops = w.synthetic_compute * (table && table->peak_flops > 0 ? table->peak_flops : 1e15);
+  // Aggregation (docs/simulator.md, "Aggregated uniform all-to-all"): on a private star every port
+  // carries n-1 equal flows that all start together, so max-min sharing gives each flow B/(n-1) and
+  // all finish at latency + (n-1) part / B. One flow of the source's n-1 parts to the next GPU of a
+  // ring loads every port with one flow of the same bytes and finishes at the same instant.
+  const bool merge = input_.options.merge_uniform_all_to_all && n >= 3 && private_star(cluster_, n) &&
+                     input_.options.simgrid_cfg.empty();
+  for (int layer = 0; layer < w.synthetic_layers; ++layer) {
+    for (int phase = 0; phase < 2; ++phase) {
+      for (int gpu = 0; gpu < n; ++gpu)
+        add_compute(g, gpu, Category::kSynthetic, layer, models::ExpertWork{w.synthetic_compute, flops}, s, {barrier});
+      const auto next = g.add(Task{});
+      const Category cat = phase == 0 ? Category::kDispatch : Category::kCombine;
+      for (int src = 0; src < n; ++src) {
+        const auto dep = w.synthetic_overlap ? barrier : s.compute[static_cast<std::size_t>(src)];
+        // A message that rounds to no byte still costs the route's latency alone: not merged.
+        if (merge && std::llround(part) > 0) {
+          // The engine carries whole bytes: the sum of the n-1 messages as each would be sent.
+          const double bytes = static_cast<double>(n - 1) * static_cast<double>(std::llround(part));
+          const auto id = add_transfer(g, src, (src + 1) % n, bytes, cat, w.synthetic_a2a_bytes, layer);
+          g.tasks[id].merged_part = part;
+          g.edge(dep, id);
+          g.edge(id, next);
+        } else {
+          for (int dst = 0; dst < n; ++dst) {
+            if (src == dst || part <= 0.0) continue;
+            const auto id = add_transfer(g, src, dst, part, cat, w.synthetic_a2a_bytes, layer);
+            g.edge(dep, id);
+            g.edge(id, next);
+          }
+        }
+        g.edge(s.compute[static_cast<std::size_t>(src)], next);
+      }
+      barrier = next;
+    }
+  }
+  g.end_task = g.add(Task{});
+  g.edge(barrier, g.end_task);
+}
+
+void GraphBuilder::skip(int steps) {
+  for (int i = 0; i < steps; ++i) {
+    if (input_.workload->mode == WorkloadMode::kSynthetic) continue;
+    if (input_.workload->mode == WorkloadMode::kTraining) {
+      if (!arch_.is_moe()) continue;
+      for (int m = 0; m < input_.workload->micro_batches; ++m)
+        if (!input_.steps->next(batch_)) throw common::RunError("the workload ran out of steps");
+    } else if (!input_.steps->next(batch_)) {
+      throw common::RunError("the workload ran out of steps");
+    }
+  }
+  batch_.clear();
+}
+
+void GraphBuilder::build_next(StepGraph& g) {
+  g.rank_tokens.assign(layers_.size() * static_cast<std::size_t>(input_.ep), 0.0);
+  layer_major_of_ = nullptr;  // batches are refilled in place
+  chunks_of_ = nullptr;
+  if (input_.workload->mode == WorkloadMode::kSynthetic) {
+    batch_.clear();
+    build_synthetic_step(g);
+  } else if (input_.workload->mode == WorkloadMode::kTraining) {
+    micro_.assign(arch_.is_moe() ? static_cast<std::size_t>(input_.workload->micro_batches) : 0, StepBatch{});
+    for (auto& mb : micro_)
+      if (!input_.steps->next(mb)) throw common::RunError("the workload ran out of steps");
+    build_training_step(g);
+    micro_.clear();
+  } else {
+    if (!input_.steps->next(batch_)) throw common::RunError("the workload ran out of steps");
+    build_inference_step(g, batch_);
+    g.tokens = batch_.size();
+  }
+  g.finalize();
+}
+
+}  // namespace moesim::sim

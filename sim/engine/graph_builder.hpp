@@ -1,0 +1,148 @@
+// Builds the graph of each step (docs/simulator.md, "Steps" and "One MoE layer"): draws the step's
+// batch from the step source, routes its tokens through the placement and turns the layers into
+// compute tasks (costed by the models) and transfers (sized in bytes), in stream order. It touches no
+// SimGrid object, so it may run on a worker thread while the executor simulates the step before.
+// Compute amounts are seconds at full speed already divided by the power-cap speed factor.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "models/architecture.hpp"
+#include "models/cluster.hpp"
+#include "models/costs.hpp"
+#include "models/profile.hpp"
+#include "sim/engine/engine_input.hpp"
+#include "sim/engine/collectives.hpp"
+#include "sim/engine/fabric.hpp"
+#include "sim/engine/routing.hpp"
+#include "sim/engine/step_graph.hpp"
+#include "sim/engine/step_source.hpp"
+
+namespace moesim::sim {
+
+// The layer table of an input: decoder layers (MoE marked), or the synthetic workload's layers.
+LayerTable make_layer_table(const EngineInput& input);
+
+class GraphBuilder {
+ public:
+  // `speed_factor` (<= 1): compute runs at this fraction of full speed (power cap, clock limit).
+  GraphBuilder(const EngineInput& input, const LayerTable& layers, const Fabric& fabric, double speed_factor);
+
+  // The next step's graph (finalized), its batch drawn from the step source.
+  void build_next(StepGraph& g);
+  // Draws the batches of `steps` steps without building them (a later step range starts there).
+  void skip(int steps);
+
+ private:
+  // Where each GPU's streams stand while a step is built: the task after which the GPU's data is
+  // ready, the last task of its compute stream, of its communication stream (dispatch, and the
+  // training collectives) and of its combine stream. Dispatch and combine have streams of their
+  // own, as real engines run them, so that a chunk's dispatch never waits for an earlier chunk's
+  // combine.
+  struct Streams {
+    std::vector<std::uint32_t> ready, compute, comm, combine;
+    Streams(std::size_t gpus, std::uint32_t root)
+        : ready(gpus, root), compute(gpus, root), comm(gpus, root), combine(gpus, root) {}
+  };
+  // One of the two micro-batches of a step run with two-batch overlap (EngineOptions::micro_batches):
+  // its tokens per home rank, its attention per home rank, and where its data stands per GPU.
+  struct MicroBatch {
+    std::vector<long> home_tokens;
+    std::vector<models::AttentionBatch> attention;
+    std::vector<std::uint32_t> ready;
+  };
+
+  void build_inference_step(StepGraph& g, const StepBatch& batch);
+  // Two-batch overlap: the step's tokens split in two micro-batches by position on their home rank
+  // (the first ceil(n/2) of a rank's n tokens, then the rest), each layer's attention, shared experts
+  // and dense parts of one issued on the compute stream while the other's dispatch or combine runs.
+  void build_two_batch_step(StepGraph& g, const StepBatch& batch, Streams& s, std::uint32_t root);
+  std::vector<MicroBatch> split_micro_batches(const StepBatch& batch, const std::vector<long>& home_tokens,
+                                              std::uint32_t root) const;
+  void add_head(StepGraph& g, const std::vector<long>& home_tokens, Streams& s);
+  void end_step(StepGraph& g, const std::vector<const std::vector<std::uint32_t>*>& ready, const Streams& s,
+                bool wait_compute);
+  void build_training_step(StepGraph& g);
+  void build_synthetic_step(StepGraph& g);
+  // Attention and the dense FFN or MoE block of decoder layer d. `moe_index`: the layer's index
+  // among the MoE layers when it is one, advanced past it.
+  void build_layer(StepGraph& g, const StepBatch& batch, int d, std::size_t& moe_index,
+                   const std::vector<long>& home_tokens, Streams& s);
+  void build_moe_layer(StepGraph& g, const StepBatch& batch, const std::vector<long>& home_tokens,
+                       std::size_t moe_index, int chunks, int slot, Streams& s);
+  void route_moe_layer(StepGraph& g, const StepBatch& batch, const std::vector<long>& home_tokens,
+                       std::size_t moe_index, int chunks, int slot);
+  void add_tp_all_reduce(StepGraph& g, const std::vector<long>& home_tokens, int slot, Streams& s);
+  void add_attention(StepGraph& g, const std::vector<models::AttentionBatch>& attention,
+                     const std::vector<long>& home_tokens, int slot, Streams& s);
+  void add_dense(StepGraph& g, const std::vector<long>& home_tokens, int slot, Streams& s);
+  void add_shared_experts(StepGraph& g, const std::vector<long>& home_tokens, int slot, Streams& s);
+  void add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& s);
+  void add_expert_compute(StepGraph& g, std::size_t c, int slot, Streams& s);
+  void add_combine(StepGraph& g, std::size_t c, int slot, Streams& s);
+
+  std::uint32_t add_compute(StepGraph& g, int gpu, Category cat, int slot, const models::ExpertWork& w, Streams& s,
+                            std::initializer_list<std::uint32_t> deps);
+  // `scale`: the transfer's wire bytes over its payload (its operation's achieved rate, collectives.hpp).
+  std::uint32_t add_transfer(StepGraph& g, int src, int dst, double bytes, Category cat, double op_bytes, int slot,
+                             double scale = 1.0);
+  // A stream operation on `gpu`'s communication stream, started after the stream's previous
+  // operation and `dep`: returns (gate, operation) for the transfers to hang between.
+  std::pair<std::uint32_t, std::uint32_t> add_stream_op(StepGraph& g, int gpu, std::uint32_t dep, Category cat, int slot,
+                                                        Streams& s);
+  // A layer's end on each GPU for the data `arrivals` bring and `done` (local work) finishes.
+  void end_moe_layer(StepGraph& g, const std::vector<std::uint32_t>& wait, Streams& s);
+  // A TP-group collective of EP rank `rank`, and a collective over `group` (GPU ids), as ring
+  // transfers sized so that alone they take the profile's time; each returns its join.
+  std::uint32_t add_tp_collective(StepGraph& g, int rank, models::CollectiveOp op, double bytes, int slot,
+                                  const std::vector<std::uint32_t>& deps_per_gpu);
+  std::uint32_t add_ring_collective(StepGraph& g, const std::vector<int>& group, models::CollectiveOp op, double bytes,
+                                    int slot, const std::vector<std::uint32_t>& deps_per_gpu, Category cat);
+  double layer_param_bytes(int d) const;  // non-expert parameters of decoder layer d on one GPU, bytes
+  int gpu_of(int rank, int t) const { return rank * input_.tp + t; }
+  int gpus() const { return input_.ep * input_.tp; }
+  int gateway(int node, int gpu) const;  // the GPU of `gpu`'s local index in `node`
+  const std::uint16_t* layer_major(const StepBatch& batch, std::size_t layers);
+
+  const EngineInput& input_;
+  const models::Architecture& arch_;
+  const models::Cluster& cluster_;
+  const models::Profile& profile_;
+  const LayerTable& layers_;
+  const Fabric& fabric_;
+  double speed_factor_ = 1.0;
+  double dtype_bytes_ = 2.0;
+  double compute_scale_ = 1.0;    // 2 while building a backward pass (input and weight gradients)
+  std::vector<StepBatch> micro_;  // training: the micro-batches of the current step
+  StepBatch batch_;
+  std::vector<int> rank_node_;
+  // The EP group of one TP index lies on one node; per GPU, the port its all-to-all transfers leave
+  // through (NVLink, or the network port when the group spans nodes), for alltoall_scale.
+  bool a2a_one_node_ = true;
+  std::vector<RouteFigures> a2a_port_;
+  double a2a_scale(int gpu, double op_bytes) const;
+  std::unique_ptr<LayerRouter> router_;
+
+  // The batch's expert ids by layer ([layer][token][k]), so that routing one layer reads them in
+  // sequence instead of one cache line per token; rebuilt when the batch changes.
+  const StepBatch* layer_major_of_ = nullptr;
+  std::vector<std::uint16_t> layer_major_ids_;
+  // Each token's chunk for a chunk count, per batch (the same for every MoE layer of a step).
+  const StepBatch* chunks_of_ = nullptr;
+  std::vector<std::vector<std::uint8_t>> token_chunk_;  // [chunks]: per token
+
+  // One MoE layer's working state, kept across layers and steps so that building allocates only
+  // while the arrays grow.
+  struct MoeScratch {
+    LayerCounts counts;
+    std::vector<std::uint32_t> attn_done, shared_done, compute_done, inputs_ready, gateway_arrival;
+    std::vector<char> has_gateway, via_gateway;
+    std::vector<long> per_expert;
+    std::vector<std::vector<std::uint32_t>> arrivals, into, at_gateway;
+  };
+  MoeScratch moe_;
+};
+
+}  // namespace moesim::sim

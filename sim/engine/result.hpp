@@ -1,0 +1,76 @@
+// What one simulation reports (docs/simulator.md, "Results"): step latencies, per-layer tails,
+// per-GPU energy and busy time, the traffic matrix and the first steps' timeline. Times in s, energy
+// in J, power in W, traffic in bytes. JSON for the hand-over from a child process and result files;
+// the timeline as Chrome-trace JSON (Perfetto opens it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace moesim::sim {
+
+struct LayerResult {
+  int layer = 0;  // decoder-layer index (synthetic: layer number)
+  bool moe = false;
+  int chunks = 1;
+  // Means over measured steps of, per GPU, the time spent computing routed experts (token processing)
+  // and the time with an all-to-all transfer of this layer in flight (all-to-all): max over GPUs
+  // (tail) and mean over GPUs (avg), as MoETuner reports them.
+  double token_tail = 0.0, token_avg = 0.0;
+  double a2a_tail = 0.0, a2a_avg = 0.0;
+  // Mean over measured steps of the layer's span: its first task's start to its last task's end,
+  // over all GPUs (computes and transfers).
+  double span = 0.0;
+  std::vector<double> rank_tokens;  // mean tokens processed per EP rank per step
+};
+
+struct GpuResult {
+  double energy = 0.0;         // J over the measured steps
+  double compute_busy = 0.0;   // s
+  double comm_busy = 0.0;      // s with any transfer in flight
+  double both_busy = 0.0;      // s computing while communicating
+  double peak_power = 0.0;     // W, highest state power visited
+};
+
+// One event of the Chrome-trace timeline: a compute task or a stream operation on a GPU. Kept as
+// plain values while simulating (no JSON until the file is written: the timeline's first steps
+// would otherwise allocate a JSON object per event in the engine's thread).
+struct TimelineEvent {
+  std::uint8_t category = 0;  // timeline_category_name(category): "experts", "dispatch", ...
+  std::uint8_t stream = 0;    // 0 compute, 1 communication (dispatch, collectives), 2 combine
+  std::int32_t layer = -1;    // decoder layer (synthetic: layer number), -1 for none
+  std::int32_t gpu = 0;
+  std::int32_t step = 0;      // step index, warmup steps included
+  double begin = 0.0, end = 0.0;  // s
+  bool operator==(const TimelineEvent&) const = default;
+};
+const char* timeline_category_name(int category);
+// The Chrome-trace JSON of a timeline (Perfetto opens it): one complete event per TimelineEvent, named
+// "<category> L<layer>", then the process and thread names of `gpus` GPUs.
+std::string chrome_trace_json(const std::vector<TimelineEvent>& events, std::size_t gpus);
+
+struct SimResult {
+  std::string label;
+  std::vector<double> step_latency;  // s, measured steps
+  std::vector<LayerResult> layers;
+  std::vector<GpuResult> gpus;
+  std::vector<std::vector<double>> traffic;  // bytes [src GPU][dst GPU], measured steps
+  double measured_time = 0.0;    // s, sum of measured step latencies
+  double compute_actual = 0.0;   // s, summed over compute tasks of measured steps, as simulated
+  double compute_alone = 0.0;    // s, the same tasks without contention
+  std::uint64_t tokens = 0;      // tokens in measured steps
+  std::uint64_t activities = 0;  // SimGrid activities started (all steps)
+  bool trace_repeated = false;
+  double wall_seconds = 0.0;
+  std::vector<TimelineEvent> timeline;  // the first timeline_steps measured steps
+};
+
+// Everything but the timeline (which travels from the child as raw events and is written as its
+// own file, see chrome_trace_json).
+nlohmann::json to_json(const SimResult& r);
+SimResult sim_result_from_json(const nlohmann::json& j);
+
+}  // namespace moesim::sim

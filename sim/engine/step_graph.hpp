@@ -1,0 +1,88 @@
+// The graph of one simulated step (docs/simulator.md, "Steps"): compute tasks (an Exec on a GPU's
+// host), transfers (a Comm between two GPU hosts) and joins (zero-cost synchronisation points, some
+// of them a stream operation drawn in the timeline), with dependency edges. Built by the
+// GraphBuilder without SimGrid, run by the Executor. Amounts: compute in seconds at full speed,
+// transfers in bytes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "models/profile.hpp"
+
+namespace moesim::sim {
+
+enum class TaskKind : std::uint8_t { kCompute, kTransfer, kJoin };
+// What a task is, for the timeline, the per-layer statistics and the contention lookup.
+enum class Category : std::uint8_t {
+  kAttention, kDense, kShared, kExpert, kHead, kSynthetic, kDispatch, kCombine, kTpCollective, kGradient, kOther
+};
+inline constexpr std::array<const char*, 11> kCategoryNames{"attention",      "dense_ffn", "shared_experts",
+                                                            "experts",        "lm_head",   "compute",
+                                                            "dispatch",       "combine",   "tp_collective",
+                                                            "dp_collective",  "other"};
+inline const char* category_name(Category c) { return kCategoryNames[static_cast<std::size_t>(c)]; }
+
+struct Task {
+  TaskKind kind = TaskKind::kJoin;
+  Category category = Category::kOther;
+  bool timeline = false;  // join: a stream operation worth drawing
+  int gpu = -1;           // compute: host; transfer: source; join: the GPU whose stream it belongs to
+  int dst = -1;           // transfer: destination
+  int layer = -1;         // index into the layer table, -1 for none
+  double merged_part = 0.0;  // transfer: > 0 when it stands for its source's whole uniform all-to-all
+                             // (this many bytes to every other GPU; see GraphBuilder::build_synthetic_step)
+  double amount = 0.0;    // compute: seconds at full speed; transfer: bytes on the wire
+  double payload = 0.0;   // transfer: bytes of data it carries (amount is scaled to its operation's rate)
+  double flops = 0.0;     // compute: FLOP, for the contention lookup
+  models::ComputeClass compute_class = models::ComputeClass::kComputeBound;  // compute: its roofline class
+  std::int16_t comm_sms = -1;  // transfer: SMs its operation's kernels hold (-1: the profile's; 0: none)
+  double op_bytes = 0.0;  // transfer: bytes of the whole operation it belongs to (contention lookup)
+  models::CollectiveOp comm_op = models::CollectiveOp::kAllToAll;
+  int pending = 0;        // predecessors not yet complete
+  double start = -1.0, end = -1.0;
+  std::uint32_t gate = 0;  // join of a stream operation: the task that opened it
+};
+
+// Edges are collected as (from, to) pairs while building and turned into flat successor lists (in
+// insertion order) by finalize(): no per-task containers. A graph is reused from step to step,
+// keeping its capacity.
+struct StepGraph {
+  std::vector<Task> tasks;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> edges;
+  std::vector<std::uint32_t> succ_begin, succ;
+  std::uint32_t end_task = 0;       // the task whose completion ends the step
+  std::size_t tokens = 0;           // tokens the step processes
+  std::vector<double> rank_tokens;  // [layer slot * ep + rank]: tokens routed to each EP rank
+  std::exception_ptr error;         // building failed (the step's batch could not be drawn, ...)
+
+  std::uint32_t add(const Task& t) {
+    tasks.push_back(t);
+    return static_cast<std::uint32_t>(tasks.size() - 1);
+  }
+  void edge(std::uint32_t from, std::uint32_t to) {
+    edges.emplace_back(from, to);
+    ++tasks[to].pending;
+  }
+  void clear();
+  void finalize();
+  std::span<const std::uint32_t> successors(std::uint32_t id) const {
+    return {succ.data() + succ_begin[id], succ_begin[id + 1] - succ_begin[id]};
+  }
+
+ private:
+  std::vector<std::uint32_t> fill_;
+};
+
+// The layers a step walks through, one slot each: decoder layers (synthetic workloads: their layers).
+struct LayerTable {
+  std::vector<int> ids;   // decoder-layer index per slot
+  std::vector<char> moe;  // 1 for an MoE layer
+  std::size_t size() const { return ids.size(); }
+};
+
+}  // namespace moesim::sim

@@ -1,0 +1,172 @@
+#include "sim/engine/step_source.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+#include "sim/placement/routing_rule.hpp"
+
+namespace moesim::sim {
+
+void StepBatch::clear() {
+  home.clear();
+  token_index.clear();
+  experts.clear();
+  for (auto& a : attention) {
+    a.new_tokens.clear();
+    a.context.clear();
+  }
+}
+
+SequenceCursor::SequenceCursor(traces::TraceReader& reader) : reader_(reader) {
+  const auto& shape = reader.meta().shape;
+  ids_per_token_ = shape.layers.size() * static_cast<std::size_t>(shape.top_k);
+  if (reader.meta().token_count == 0) throw common::InputError("the trace has no tokens; a workload needs at least one");
+}
+
+bool SequenceCursor::fill() {
+  if (pos_ < block_.size()) return true;
+  pos_ = 0;
+  if (reader_.next(block_)) return block_.size() > 0;
+  reader_.rewind();
+  wrapped_ = true;
+  return reader_.next(block_) && block_.size() > 0;
+}
+
+void SequenceCursor::next(TraceSequence& out) {
+  out.experts.clear();
+  out.tokens = 0;
+  out.ordinal = ordinal_++;
+  if (!fill()) throw common::InputError("the trace has no tokens; a workload needs at least one");
+  const std::uint32_t id = block_.sequence[pos_];
+  // A sequence may straddle blocks: keep reading while the id stays the same. Rewinding ends it.
+  for (;;) {
+    while (pos_ < block_.size() && block_.sequence[pos_] == id) {
+      const auto* e = block_.experts.data() + pos_ * ids_per_token_;
+      out.experts.insert(out.experts.end(), e, e + ids_per_token_);
+      ++out.tokens;
+      ++pos_;
+    }
+    if (pos_ < block_.size()) return;
+    const bool was_wrapped = wrapped_;
+    if (!fill()) return;
+    if (wrapped_ != was_wrapped) return;  // the trace started again: a new sequence begins
+    if (block_.sequence[pos_] != id) return;
+  }
+}
+
+namespace {
+
+class DecodeSource final : public StepSource {
+ public:
+  DecodeSource(traces::TraceReader& reader, int dp, int batch, bool staggered)
+      : cursor_(reader), dp_(dp), slots_(static_cast<std::size_t>(batch)) {
+    if (dp < 1 || batch < 1) throw common::InputError("decode needs at least one sequence and one rank");
+    // Staggered start: slot i of B joins its first sequence at position floor(i x length / B), its
+    // earlier tokens already in the KV cache, so the batch is spread over positions as a serving
+    // batch is in steady state (continuous batching), not in lock-step on every prompt's first
+    // tokens. Sequences loaded later start at position 0, at whatever step their slot frees.
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      load(slots_[i]);
+      if (staggered) slots_[i].next_token = i * slots_[i].seq.tokens / slots_.size();
+    }
+  }
+
+  bool next(StepBatch& step) override {
+    step.clear();
+    step.attention.resize(static_cast<std::size_t>(dp_));
+    const std::size_t ids = cursor_.ids_per_token();
+    for (auto& s : slots_) {
+      if (s.next_token >= s.seq.tokens) load(s);
+      const int home = home_rank(s.seq.ordinal, dp_);
+      step.home.push_back(home);
+      step.token_index.push_back(token_counter_++);
+      const auto* e = s.seq.experts.data() + s.next_token * ids;
+      step.experts.insert(step.experts.end(), e, e + ids);
+      auto& a = step.attention[static_cast<std::size_t>(home)];
+      a.new_tokens.push_back(1);
+      a.context.push_back(static_cast<long>(s.next_token));
+      ++s.next_token;
+    }
+    return true;
+  }
+  bool repeated() const override { return cursor_.wrapped(); }
+  std::uint64_t sequences_started() const override { return started_; }
+
+ private:
+  struct Slot {
+    TraceSequence seq;
+    std::size_t next_token = 0;
+  };
+  void load(Slot& s) {
+    cursor_.next(s.seq);
+    s.next_token = 0;
+    ++started_;
+  }
+  SequenceCursor cursor_;
+  int dp_;
+  std::vector<Slot> slots_;
+  std::uint64_t token_counter_ = 0;
+  std::uint64_t started_ = 0;
+};
+
+class PrefillSource final : public StepSource {
+ public:
+  PrefillSource(traces::TraceReader& reader, int dp, long budget) : cursor_(reader), dp_(dp), budget_(budget) {
+    if (dp < 1 || budget < 1) throw common::InputError("prefill needs tokens_per_step >= 1");
+  }
+
+  bool next(StepBatch& step) override {
+    step.clear();
+    step.attention.resize(static_cast<std::size_t>(dp_));
+    const std::size_t ids = cursor_.ids_per_token();
+    long room = budget_;
+    while (room > 0) {
+      if (offset_ >= current_.tokens) {
+        cursor_.next(current_);
+        ++started_;
+        offset_ = 0;
+        // A whole sequence that does not fit starts the next step, unless it could never fit.
+        const long len = static_cast<long>(current_.tokens);
+        if (len > room && len <= budget_ && room < budget_) break;
+      }
+      const long take = std::min<long>(room, static_cast<long>(current_.tokens - offset_));
+      const int home = home_rank(current_.ordinal, dp_);
+      auto& a = step.attention[static_cast<std::size_t>(home)];
+      a.new_tokens.push_back(take);
+      a.context.push_back(static_cast<long>(offset_));
+      for (long t = 0; t < take; ++t) {
+        step.home.push_back(home);
+        step.token_index.push_back(token_counter_++);
+        const auto* e = current_.experts.data() + (offset_ + static_cast<std::size_t>(t)) * ids;
+        step.experts.insert(step.experts.end(), e, e + ids);
+      }
+      offset_ += static_cast<std::size_t>(take);
+      room -= take;
+    }
+    return true;
+  }
+  bool repeated() const override { return cursor_.wrapped(); }
+  std::uint64_t sequences_started() const override { return started_; }
+
+ private:
+  SequenceCursor cursor_;
+  int dp_;
+  long budget_;
+  TraceSequence current_;
+  std::size_t offset_ = 0;
+  std::uint64_t token_counter_ = 0;
+  std::uint64_t started_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StepSource> make_decode_source(traces::TraceReader& reader, int dp, int batch_sequences,
+                                               bool staggered) {
+  return std::make_unique<DecodeSource>(reader, dp, batch_sequences, staggered);
+}
+
+std::unique_ptr<StepSource> make_prefill_source(traces::TraceReader& reader, int dp, long tokens_per_step) {
+  return std::make_unique<PrefillSource>(reader, dp, tokens_per_step);
+}
+
+}  // namespace moesim::sim

@@ -1,0 +1,67 @@
+// Turns a routing trace into simulation steps (docs/simulator.md, "Steps"). prefill packs whole
+// sequences in trace order into steps of `tokens_per_step` tokens (a longer sequence is split into
+// chunks over several steps); decode keeps `batch_sequences` sequences active, each step processes one
+// token of each, and a finished sequence is replaced by the next; the first B sequences start
+// staggered (slot i at position i x length / B), as a serving batch is in steady state. Sequence i of the trace (in trace
+// order, counting on across repetitions) lives on data-parallel rank i mod DP. A trace that runs out
+// is read again from the start; repeated() says so. Memory: one step plus the active sequences.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/costs.hpp"
+#include "traces/trace.hpp"
+
+namespace moesim::sim {
+
+struct StepBatch {
+  std::vector<int> home;                    // per token: its data-parallel (home) rank
+  std::vector<std::uint64_t> token_index;   // per token: its index in the trace stream (replica choice)
+  std::vector<std::uint16_t> experts;       // [token][layer][k]
+  std::vector<models::AttentionBatch> attention;  // per DP rank: the sequences it attends this step
+  std::size_t size() const { return home.size(); }
+  void clear();
+};
+
+class StepSource {
+ public:
+  virtual ~StepSource() = default;
+  // Fills the next step; false when no more steps can be made (never, for a non-empty trace).
+  virtual bool next(StepBatch& step) = 0;
+  virtual bool repeated() const = 0;  // the trace was read more than once
+  virtual std::uint64_t sequences_started() const = 0;
+};
+
+// One sequence of the trace, whole.
+struct TraceSequence {
+  std::uint64_t ordinal = 0;  // sequence number in trace order (counting on across repetitions)
+  std::vector<std::uint16_t> experts;  // [token][layer][k]
+  std::size_t tokens = 0;
+};
+
+// Reads a trace sequence by sequence (a sequence is a maximal run of tokens with the same id),
+// starting again at the end. Throws InputError for an empty trace.
+class SequenceCursor {
+ public:
+  explicit SequenceCursor(traces::TraceReader& reader);
+  void next(TraceSequence& out);
+  bool wrapped() const { return wrapped_; }
+  std::size_t ids_per_token() const { return ids_per_token_; }
+
+ private:
+  bool fill();
+  traces::TraceReader& reader_;
+  traces::TokenBlock block_;
+  std::size_t pos_ = 0;
+  std::size_t ids_per_token_ = 0;
+  std::uint64_t ordinal_ = 0;
+  bool wrapped_ = false;
+};
+
+std::unique_ptr<StepSource> make_decode_source(traces::TraceReader& reader, int dp, int batch_sequences,
+                                               bool staggered = true);
+std::unique_ptr<StepSource> make_prefill_source(traces::TraceReader& reader, int dp, long tokens_per_step);
+
+}  // namespace moesim::sim

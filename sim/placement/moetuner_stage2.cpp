@@ -1,0 +1,306 @@
+// The stage-2 driver (docs/placement.md): a chained bottleneck-assignment start, the memory balance,
+// block-coordinate descent; then, by the number of ranks, the two-node chain program, an iterated
+// local search, the exhaustive layer pairs and the chain program; the tie-break last. Bounds are
+// computed for the whole stage problem, not the parts.
+#include "sim/placement/moetuner_stage2.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+#include "sim/placement/splitmix.hpp"
+#include "sim/placement/stage2_parts.hpp"
+
+namespace moesim::sim {
+
+namespace {
+
+using solver::close_to;
+using Layout = std::vector<std::vector<int>>;
+
+bool lowers(double value, double current) { return value < current - 1e-12 * std::max(1e-30, current); }
+
+class Stage2Solver {
+ public:
+  Stage2Solver(const Stage2Problem& p, const SolverLimits& limits);
+  Stage2Result solve();
+
+ private:
+  Layout chained_start();
+  double descend(Layout& layout);
+  std::vector<int> better_layer(const Layout& layout, std::size_t l, int sweep, std::size_t k);
+  double two_node_phase(Layout& on, double& current);
+  void iterated_local_search(Layout& on, double& current);
+  bool chain_phase(Layout& on);
+  void tie_break(Layout& on);
+  void finish(Layout on, double node_bound, bool chain_proven);
+  bool balanced(const Layout& on) const {
+    return stage2::memory_violation(stage2::memory_totals(p_, on), out_.memory_target_lo, out_.memory_target_hi) == 0;
+  }
+  bool out_of_time() const { return solver::out_of_time(limits_, deadline_); }
+
+  const Stage2Problem& p_;
+  const SolverLimits& limits_;
+  solver::Clock::time_point t0_, deadline_;
+  std::size_t G_, L_;
+  // Up to 16 ranks the layer sub-problems are solved exactly by threshold matchings (fast, no work
+  // limit); beyond, by GLPK under the node limit.
+  bool combinatorial_;
+  Stage2Result out_;
+  bool limit_hit_ = false;
+};
+
+Stage2Solver::Stage2Solver(const Stage2Problem& p, const SolverLimits& limits)
+    : p_(p),
+      limits_(limits),
+      t0_(solver::Clock::now()),
+      deadline_(solver::deadline(t0_, limits)),
+      G_(static_cast<std::size_t>(p.ranks)),
+      L_(p.sizes.size()),
+      combinatorial_(G_ <= 16) {
+  if (G_ < 1 || p.cost.size() != G_ * G_ || p.node.size() != G_ || p.traffic.size() + 1 != std::max<std::size_t>(L_, 1))
+    throw std::logic_error("moetuner_stage2: inconsistent problem sizes");
+}
+
+// Each layer's bottleneck assignment given the previous one, layer 0 as it comes.
+Layout Stage2Solver::chained_start() {
+  Layout on(L_);
+  std::vector<int> identity(G_);
+  std::iota(identity.begin(), identity.end(), 0);
+  if (L_ > 0) on[0] = identity;
+  for (std::size_t l = 1; l < L_; ++l) {
+    const std::vector<double> w = stage2::left_weights(p_, l, on[l - 1]);
+    if (combinatorial_) {
+      on[l] = stage2_layer_exact(G_, &w, nullptr, std::vector<char>(G_ * G_, 1));
+      continue;
+    }
+    SolverLimits part = limits_;
+    const stage2::LayerAssignment a =
+        stage2::layer_assignment(p_, l, &w, nullptr, identity, nullptr, nullptr, part,
+                                 solver::part_time(limits_, deadline_, static_cast<int>(2 * L_)));
+    ++out_.report.glpk_solves;
+    limit_hit_ = limit_hit_ || a.limit_hit;
+    on[l] = a.cluster_on;
+  }
+  return on;
+}
+
+// Layer l re-solved given both neighbours, every rank's experts kept within the targets (or no
+// farther out than now): the new layout, or empty when it would not change.
+std::vector<int> Stage2Solver::better_layer(const Layout& layout, std::size_t l, int sweep, std::size_t k) {
+  const std::vector<int> total = stage2::memory_totals(p_, layout);
+  const int tmin = *std::min_element(total.begin(), total.end());
+  const int tmax = *std::max_element(total.begin(), total.end());
+  std::vector<int> lo(G_), hi(G_);
+  for (std::size_t g = 0; g < G_; ++g) {
+    const int other = total[g] - p_.sizes[l][static_cast<std::size_t>(layout[l][g])];
+    lo[g] = std::min(out_.memory_target_lo, tmin) - other;
+    hi[g] = std::max(out_.memory_target_hi, tmax) - other;
+  }
+  std::vector<double> wl, wr;
+  if (l > 0) wl = stage2::left_weights(p_, l, layout[l - 1]);
+  if (l + 1 < L_) wr = stage2::right_weights(p_, l, layout[l + 1]);
+  const int parts_left = static_cast<int>((limits_.sweeps - sweep) * static_cast<int>(L_) - static_cast<int>(k));
+  if (combinatorial_) {
+    std::vector<char> allowed(G_ * G_, 0);
+    for (std::size_t c = 0; c < G_; ++c)
+      for (std::size_t g = 0; g < G_; ++g)
+        allowed[c * G_ + g] = p_.sizes[l][c] >= lo[g] && p_.sizes[l][c] <= hi[g] ? 1 : 0;
+    std::vector<int> next = stage2_layer_exact(G_, l > 0 ? &wl : nullptr, l + 1 < L_ ? &wr : nullptr, allowed);
+    if (next == layout[l]) return {};
+    return next;
+  }
+  const stage2::LayerAssignment a =
+      stage2::layer_assignment(p_, l, l > 0 ? &wl : nullptr, l + 1 < L_ ? &wr : nullptr, layout[l], &lo, &hi, limits_,
+                               solver::part_time(limits_, deadline_, parts_left));
+  ++out_.report.glpk_solves;
+  limit_hit_ = limit_hit_ || a.limit_hit;
+  if (!a.improved) return {};
+  return a.cluster_on;
+}
+
+// Block-coordinate descent: each layer re-solved exactly (up to the work limit) given both
+// neighbours, forward and backward sweeps, kept when the objective drops. Returns the objective.
+double Stage2Solver::descend(Layout& layout) {
+  double current = stage2_objective(p_, layout);
+  for (int sweep = 0; sweep < limits_.sweeps && L_ > 1; ++sweep) {
+    bool any = false;
+    for (std::size_t k = 0; k < L_; ++k) {
+      if (out_of_time()) {
+        limit_hit_ = true;
+        break;
+      }
+      const std::size_t l = sweep % 2 == 0 ? k : L_ - 1 - k;
+      std::vector<int> next_layout = better_layer(layout, l, sweep, k);
+      if (next_layout.empty()) continue;
+      std::vector<int> saved = layout[l];
+      layout[l] = next_layout;
+      const double next = stage2_objective(p_, layout);
+      if (lowers(next, current)) {
+        current = next;
+        any = true;
+      } else {
+        layout[l] = saved;
+      }
+    }
+    if (!any) break;
+  }
+  return current;
+}
+
+// Two nodes: the chain program over the node sets bounds the whole stage with the memory rows kept
+// (summed per node), and its chain, the ranks inside each node balanced, starts a descent. Returns
+// the bound (0 when the program did not apply).
+double Stage2Solver::two_node_phase(Layout& on, double& current) {
+  const int lo = out_.memory_target_lo, hi = out_.memory_target_hi;
+  double node_bound = 0.0;
+  if (!combinatorial_ || L_ <= 1 || out_of_time()) return node_bound;
+  const bool balanced_now = balanced(on);
+  const double incumbent = balanced_now ? current : std::numeric_limits<double>::infinity();
+  const TwoNodeChainResult nodes = stage2_two_node_chain(p_, lo, hi, incumbent, limits_.node_chain_states);
+  out_.node_chain_states = nodes.entries;
+  if (nodes.applicable) {
+    limit_hit_ = limit_hit_ || !nodes.completed;
+    node_bound = nodes.unconstrained;
+    // Completed without a chain: none is cheaper than the (balanced) incumbent.
+    if (nodes.completed && nodes.feasible) node_bound = nodes.objective;
+    if (nodes.completed && !nodes.feasible && std::isfinite(incumbent)) node_bound = incumbent;
+  }
+  if (nodes.feasible) {
+    Layout trial = nodes.cluster_on;
+    stage2::balance_memory(p_, trial, lo, hi);
+    if (balanced(trial)) {
+      const double value = descend(trial);
+      if (!balanced_now || lowers(value, current)) {
+        on = std::move(trial);
+        current = value;
+      }
+    }
+  }
+  return node_bound;
+}
+
+// Iterated local search (exact layer solves only): swap the clusters of two ranks holding equally
+// many experts in one layer (the balance is kept), descend again, keep the result when it is
+// better. A fixed number of rounds from a fixed seed: the same result on every machine.
+void Stage2Solver::iterated_local_search(Layout& on, double& current) {
+  SplitMix rng(0x243f6a8885a308d3ULL);
+  for (int round = 0; round < limits_.perturbations && !out_of_time(); ++round) {
+    Layout trial = on;
+    const std::size_t kicks = 1 + rng.below(3);
+    for (std::size_t k = 0; k < kicks; ++k) {
+      const std::size_t l = rng.below(L_);
+      const std::size_t g = rng.below(G_);
+      std::size_t h = rng.below(G_ - 1);
+      if (h >= g) ++h;
+      auto& layer = trial[l];
+      if (p_.sizes[l][static_cast<std::size_t>(layer[g])] == p_.sizes[l][static_cast<std::size_t>(layer[h])])
+        std::swap(layer[g], layer[h]);
+    }
+    if (trial == on) continue;
+    const double value = descend(trial);
+    if (lowers(value, current)) {
+      on = std::move(trial);
+      current = value;
+    }
+  }
+}
+
+// Few ranks: the chain program settles the whole stage, memory rows included. True when it proved
+// the layout optimal.
+bool Stage2Solver::chain_phase(Layout& on) {
+  if (G_ > 5 || L_ == 0 || out_of_time()) return false;
+  const bool was_balanced = balanced(on);
+  const double incumbent = was_balanced ? stage2_objective(p_, on) : std::numeric_limits<double>::infinity();
+  const ChainDpResult dp =
+      stage2_chain_dp(p_, out_.memory_target_lo, out_.memory_target_hi, incumbent, limits_.chain_entries);
+  out_.chain_entries = dp.entries;
+  limit_hit_ = limit_hit_ || !dp.completed;
+  if (!dp.completed) return false;
+  if (dp.feasible && (!was_balanced || stage2_objective(p_, dp.cluster_on) < incumbent)) on = dp.cluster_on;
+  // Completed and balanced (found, or nothing below a balanced incumbent): the optimum.
+  return dp.feasible || was_balanced;
+}
+
+// Many layouts tie on the bottlenecks (with many nodes, any that keeps each pair's heaviest
+// crossing in place); among them, prefer less total transfer. Lexicographic: no pair objective
+// rises, so the objective, bounds and proofs hold as they are.
+void Stage2Solver::tie_break(Layout& on) {
+  out_.volume_before_tie_break = stage2_volume(p_, on);
+  if (L_ > 1)
+    out_.tie_break_changes =
+        stage2_tie_break(p_, on, out_.memory_target_lo, out_.memory_target_hi, limits_.tie_break_sweeps);
+  out_.volume = stage2_volume(p_, on);
+}
+
+// Objective and bounds per pair, then for the whole stage: the chain windows, the two-node program
+// and the chain program can each raise the bound above the sum of the pairs'.
+void Stage2Solver::finish(Layout on, double node_bound, bool chain_proven) {
+  const int lo = out_.memory_target_lo, hi = out_.memory_target_hi;
+  StageReport& report = out_.report;
+  const std::vector<int> total = stage2::memory_totals(p_, on);
+  out_.memory_min = total.empty() ? 0 : *std::min_element(total.begin(), total.end());
+  out_.memory_max = total.empty() ? 0 : *std::max_element(total.begin(), total.end());
+  for (std::size_t l = 0; l + 1 < L_; ++l) {
+    const double obj = stage2_pair_objective(p_, l, on[l], on[l + 1]);
+    const double bound = std::min(obj, stage2_pair_bound(p_, l));
+    out_.pair_objective.push_back(obj);
+    out_.pair_bound.push_back(bound);
+    report.objective += obj;
+    report.bound += bound;
+    report.parts_optimal += close_to(obj, bound) ? 1 : 0;
+  }
+  report.parts = static_cast<int>(L_ > 0 ? L_ - 1 : 0);
+  // The windows see the coupling through shared layers that the per-pair bounds miss.
+  if (G_ > 1 && L_ > 2)
+    report.bound = std::min(report.objective, std::max(report.bound, stage2_chain_window_bound(p_)));
+  if (node_bound > report.bound) {
+    report.bound = std::min(report.objective, node_bound);
+    out_.node_chain_bound = true;
+    out_.node_chain_proven = out_.memory_min >= lo && out_.memory_max <= hi && close_to(report.objective, node_bound);
+    if (out_.node_chain_proven) report.parts_optimal = report.parts;
+  }
+  if (chain_proven) {
+    // The whole chain is optimal: its objective is the stage's bound, and every pair is part of it.
+    report.bound = report.objective;
+    report.parts_optimal = report.parts;
+  }
+  out_.chain_proven = chain_proven;
+  report.gap = solver::relative_gap(report.objective, report.bound);
+  const bool balanced_now = out_.memory_min >= lo && out_.memory_max <= hi;
+  report.status = balanced_now && close_to(report.objective, report.bound) ? "optimal"
+                  : limit_hit_                                             ? "limit_reached"
+                                                                           : "feasible";
+  report.seconds = solver::seconds_since(t0_);
+  out_.cluster_on = std::move(on);
+}
+
+Stage2Result Stage2Solver::solve() {
+  Layout on = chained_start();
+  long experts = 0;
+  for (const auto& s : p_.sizes) experts += std::accumulate(s.begin(), s.end(), 0L);
+  out_.memory_target_lo = static_cast<int>(experts / static_cast<long>(G_));
+  out_.memory_target_hi = static_cast<int>((experts + static_cast<long>(G_) - 1) / static_cast<long>(G_));
+  stage2::balance_memory(p_, on, out_.memory_target_lo, out_.memory_target_hi);
+  double current = descend(on);
+  const double node_bound = two_node_phase(on, current);
+  const bool proven_by_nodes = balanced(on) && node_bound > 0.0 && close_to(current, node_bound);
+  if (combinatorial_ && L_ > 1 && G_ > 1 && !proven_by_nodes) iterated_local_search(on, current);
+  if (G_ <= 5 && L_ > 1)
+    stage2::exhaustive_layer_pairs(p_, on, out_.memory_target_lo, out_.memory_target_hi, limits_, deadline_);
+  const bool chain_proven = chain_phase(on);
+  tie_break(on);
+  finish(std::move(on), node_bound, chain_proven);
+  return std::move(out_);
+}
+
+}  // namespace
+
+Stage2Result moetuner_stage2(const Stage2Problem& p, const SolverLimits& limits) {
+  return Stage2Solver(p, limits).solve();
+}
+
+}  // namespace moesim::sim

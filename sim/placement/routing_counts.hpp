@@ -1,0 +1,29 @@
+// Routing statistics a placement policy solves on (MoETuner's P and R), counted over a whole trace:
+// per layer the tokens routed to each expert (one count per top-k assignment), and for adjacent MoE
+// layers the tokens routed to e1 in layer l and to e2 in layer l+1 (every pair of the token's top-k
+// sets, k x k per token). Counts are token-expert assignments, held as doubles.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "traces/trace.hpp"
+
+namespace moesim::sim {
+
+struct RoutingCounts {
+  std::vector<int> layers;
+  int num_experts = 0;
+  int top_k = 0;
+  std::uint64_t tokens = 0;
+  std::string trace_sha256;
+  std::vector<std::vector<double>> load;  // [l][e]
+  std::vector<std::vector<double>> next;  // [l][e1 * E + e2], l < layers.size() - 1
+};
+
+// Rewinds the reader first. Throws InputError for an expert id out of range (naming the token and
+// layer), RunError for a reader that hands out a malformed block.
+RoutingCounts count_routing(traces::TraceReader& reader, const std::string& trace_sha256);
+
+}  // namespace moesim::sim

@@ -1,0 +1,147 @@
+#include "sim/study/inputs.hpp"
+
+#include <filesystem>
+#include <map>
+
+#include "common/error.hpp"
+#include "common/hash.hpp"
+#include "sim/placement/policy.hpp"
+#include "sim/placement/routing_counts.hpp"
+#include "traces/trace.hpp"
+
+namespace moesim::sim {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// What a solved placement depends on; equal keys give equal placements (policies are deterministic).
+nlohmann::json placement_cache_key(const Scenario& s, const VariantInputs& in) {
+  nlohmann::json key = {{"policy", s.placement.policy},
+          {"replicas", s.placement.replicas},
+          {"groups", s.placement.groups},
+          {"seed", s.seed},
+          {"architecture", in.arch.name},
+          {"architecture_sha256", common::sha256_file(in.arch.source_file)},
+          {"cluster", in.cluster.name},
+          {"cluster_sha256", common::sha256_file(in.cluster.source_file)},
+          {"ep", in.ep},
+          {"tp", in.tp}};
+  // A policy that reads no routing (contiguous, round_robin) gives the same placement for any trace.
+  if (!in.trace_sha256.empty()) key["trace_sha256"] = in.trace_sha256;
+  return key;
+}
+
+// Solver reports carry wall-clock seconds; a cached placement drops them so that the same input
+// gives the same file, byte for byte, in every shard.
+nlohmann::json without_wall_times(const nlohmann::json& report) {
+  if (report.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& x : report) out.push_back(without_wall_times(x));
+    return out;
+  }
+  if (!report.is_object()) return report;
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [k, v] : report.items())
+    if (k != "seconds" && k != "wall_s") out[k] = without_wall_times(v);
+  return out;
+}
+
+// A policy's placement for the scenario, solved in memory.
+Placement solve_placement(const Scenario& s, const VariantInputs& in, const PlacementPolicy& policy) {
+  RoutingCounts routing;
+  if (policy.needs_routing()) {
+    auto r = traces::open_trace(s.trace);
+    routing = count_routing(*r, in.trace_sha256);
+  }
+  PlacementOptions opts;
+  opts.replicas = s.placement.replicas;
+  opts.groups = s.placement.groups;
+  opts.seed = s.seed;
+  PlacementInput pin{in.arch, in.cluster, in.ep, in.tp, policy.needs_routing() ? &routing : nullptr, opts};
+  Placement p = policy.place(pin);
+  validate_placement(p, in.arch, "placement policy " + s.placement.policy);
+  return p;
+}
+
+// The placement through the cache folder: solved into it when absent, always read back from it, so
+// that every variant runs the placement as the file holds it.
+void cached_placement(const Scenario& s, VariantInputs& in, const PlacementPolicy& policy, const std::string& cache) {
+  const nlohmann::json key = placement_cache_key(s, in);
+  const fs::path file = fs::path(cache) / (s.placement.policy + "-" + common::sha256_hex(key.dump()).substr(0, 12) + ".yaml");
+  std::error_code ec;
+  if (!fs::exists(file, ec)) {
+    Placement p = solve_placement(s, in, policy);
+    p.report = without_wall_times(p.report);
+    p.report["cache_key"] = key;
+    fs::create_directories(file.parent_path(), ec);
+    if (ec) throw common::RunError("cannot create " + file.parent_path().string() + ": " + ec.message());
+    save_placement(p, file.string(), true);
+    in.placement_solved = true;
+  }
+  in.placement = load_placement(file.string());
+  const std::string stale = "; delete the file and run again to solve it afresh";
+  if (!in.placement.report.contains("cache_key") || in.placement.report["cache_key"] != key)
+    throw common::InputError(file.string() + ": this cached placement was solved for other inputs than this variant's (" +
+                             key.dump() + ")" + stale);
+  validate_placement(in.placement, in.arch, file.string());
+  if (in.placement.ep != in.ep || in.placement.tp != in.tp)
+    throw common::InputError(file.string() + ": the cached placement is for ep " + std::to_string(in.placement.ep) +
+                             ", tp " + std::to_string(in.placement.tp) + ", the scenario runs ep " +
+                             std::to_string(in.ep) + ", tp " + std::to_string(in.tp) + stale);
+  in.placement_file = file.string();
+}
+
+}  // namespace
+
+// The variants of a study share their trace: hash each file once per process (keyed by path, size
+// and modification time, so a file rewritten in between is hashed again).
+std::string cached_sha256(const std::string& path) {
+  static std::map<std::string, std::string> cache;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  const std::string key = path + "|" + std::to_string(size) + "|" + std::to_string(mtime);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, common::sha256_file(path)).first;
+  return it->second;
+}
+
+bool needs_trace(const Scenario& s, const models::Architecture& arch) {
+  if (s.workload.mode == WorkloadMode::kSynthetic) return false;
+  if (s.workload.mode == WorkloadMode::kTraining) return arch.is_moe();
+  return true;
+}
+
+VariantInputs load_inputs(const Scenario& s, const std::string& placement_cache) {
+  VariantInputs in;
+  in.arch = models::load_architecture(s.architecture);
+  in.cluster = models::load_cluster(s.cluster);
+  in.profile = models::load_profile(s.profile.empty() ? in.cluster.gpu_kind : s.profile);
+  in.tp = s.tp;
+  in.ep = s.ep > 0 ? s.ep : in.cluster.total_gpus() / std::max(1, s.tp);
+  if (!needs_trace(s, in.arch)) return in;
+  in.has_placement = true;
+  if (!s.placement.file.empty()) {
+    // parse_scenario checked it against the architecture and the parallelism.
+    in.placement = load_placement(s.placement.file);
+    return in;
+  }
+  const auto registry = default_placement_registry();
+  const auto policy = registry.create(s.placement.policy);
+  // The trace's hash keys a placement solved on its routing; for the results alone it is computed
+  // while the simulations run (run_variant).
+  if (policy->needs_routing()) in.trace_sha256 = cached_sha256(s.trace);
+  if (placement_cache.empty())
+    in.placement = solve_placement(s, in, *policy);
+  else
+    cached_placement(s, in, *policy, placement_cache);
+  return in;
+}
+
+std::unique_ptr<StepSource> make_source(const Scenario& s, traces::TraceReader& reader, int dp) {
+  if (s.workload.mode == WorkloadMode::kDecode) return make_decode_source(reader, dp, s.workload.batch_sequences, s.workload.decode_staggered);
+  return make_prefill_source(reader, dp, s.workload.tokens_per_step);
+}
+
+}  // namespace moesim::sim

@@ -1,0 +1,54 @@
+// Decode starts staggered: the first batch's sequences join at positions spread over their lengths
+// (context = the tokens already cached), so a trace whose sequences all route their t-th token alike
+// (a shared prompt) does not route in lock-step; `aligned` keeps every sequence at its first token.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "sim/engine/step_source.hpp"
+#include "tests/sim/sim_fixtures.hpp"
+#include "traces/trace.hpp"
+
+using namespace moesim;
+using moesim::testing::toy_arch;
+using moesim::testing::toy_trace;
+
+namespace {
+
+// Every sequence's token t goes to expert t mod 8: lock-step routing when positions are aligned.
+traces::MemoryTrace lockstep_trace(const models::Architecture& a) {
+  return toy_trace(a, 8, 16, [](int, int t) { return std::vector<int>{t % 8}; });
+}
+
+}  // namespace
+
+TEST_CASE("decode: staggered starts spread the first batch over positions; aligned starts at 0") {
+  const auto arch = toy_arch(8, 1);
+  const auto trace = lockstep_trace(arch);
+  for (bool staggered : {true, false}) {
+    CAPTURE(staggered);
+    auto reader = traces::read_memory_trace(trace);
+    auto source = sim::make_decode_source(*reader, 2, 4, staggered);
+    sim::StepBatch step;
+    REQUIRE(source->next(step));
+    REQUIRE(step.size() == 4);
+    std::set<int> experts(step.experts.begin(), step.experts.end());
+    std::vector<long> contexts;
+    for (const auto& a : step.attention) contexts.insert(contexts.end(), a.context.begin(), a.context.end());
+    std::sort(contexts.begin(), contexts.end());
+    if (staggered) {
+      // Slot i of 4 at position i x 16 / 4: 0, 4, 8, 12 (experts 0, 4, 0, 4 under t mod 8).
+      CHECK(contexts == std::vector<long>{0, 4, 8, 12});
+      CHECK(experts.size() == 2);
+    } else {
+      CHECK(contexts == std::vector<long>{0, 0, 0, 0});
+      CHECK(experts.size() == 1);
+    }
+    // The next step advances every slot by one position.
+    REQUIRE(source->next(step));
+    std::vector<long> next;
+    for (const auto& a : step.attention) next.insert(next.end(), a.context.begin(), a.context.end());
+    std::sort(next.begin(), next.end());
+    for (std::size_t i = 0; i < next.size(); ++i) CHECK(next[i] == contexts[i] + 1);
+  }
+}

@@ -139,9 +139,10 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out, const 
   const int tp = vm["tp"].as<int>();
   if (tp < 1) throw UsageError("--tp: expected a positive integer");
   // Predictions first: a profile without the model's dtype fails before a GPU is touched.
-  for (const ValidationCase& c : cases) predict_case(profile, arch, c, tp, "all_to_all", 1.0);
-  const Traffic traffic{"copy_kernel", "", parse_size(vm["traffic-bytes"].as<std::string>(), "--traffic-bytes"), 1,
-                        vm["ctas"].as<int>(), {}};
+  for (const ValidationCase& c : cases) predict_case(profile, arch, c, tp, models::CollectiveOp::kAllToAll, 1.0);
+  const Traffic traffic{"copy_kernel", std::nullopt,
+                        parse_size(vm["traffic-bytes"].as<std::string>(), "--traffic-bytes"), 1, vm["ctas"].as<int>(),
+                        {}};
   std::unique_ptr<Device> device = env.open_device(DeviceRequest{});
   print_context(out, device->info(), "validate");
   const Timing timing{3, std::max(3, vm["iters"].as<int>()), 0, 50e-6};

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.hpp"
+#include "models/collective_op.hpp"
+#include "models/dtype.hpp"
 
 namespace moesim::calibrate {
 
@@ -54,7 +57,7 @@ struct DeviceInfo {
 // One GEMM C[m, n] = A[m, k] B[k, n] in `dtype`; a GemmWork is a sequence of them issued back to
 // back (one op: a plain GEMM; several: a grouped expert GEMM, issued as one graph launch).
 struct GemmOp {
-  std::string dtype;
+  models::Dtype dtype = models::Dtype::kBf16;
   long m = 0;
   long n = 0;
   long k = 0;
@@ -67,7 +70,7 @@ double work_flops(const GemmWork& work);
 // transfers to pinned host memory.
 struct Traffic {
   std::string kind;  // "nccl", "copy_kernel", "copy_engine"
-  std::string op;    // nccl: all_reduce, all_gather, reduce_scatter, all_to_all, send_recv
+  std::optional<models::CollectiveOp> op;  // nccl: the collective; none for copy traffic
   double bytes = 0.0;  // nccl-tests' size for nccl; bytes copied otherwise
   int ranks = 1;
   int ctas = 0;                        // copy_kernel: blocks; nccl: NCCL_MAX_CTAS (0 = NCCL's default)
@@ -101,8 +104,8 @@ struct OverlapRun {
 // One power state held for about `seconds`.
 struct PowerState {
   std::string state;  // "idle", "compute", "communication", "overlapped"
-  std::string dtype;  // compute and overlapped
-  GemmWork gemm;      // compute and overlapped
+  std::optional<models::Dtype> dtype;  // compute and overlapped
+  GemmWork gemm;                       // compute and overlapped
   Traffic traffic;    // communication and overlapped
   double seconds = 1.0;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -10,6 +11,7 @@
 #include "common/error.hpp"
 #include "common/files.hpp"
 #include "common/yaml.hpp"
+#include "models/costs.hpp"
 
 namespace moesim::calibrate {
 
@@ -21,7 +23,7 @@ std::vector<double> monotone(std::vector<double> y) {
   return y;
 }
 
-double fit_launch_floor(const std::vector<GroupedRecord>& grouped, const std::string& dtype, double min_time) {
+double fit_launch_floor(const std::vector<GroupedRecord>& grouped, models::Dtype dtype, double min_time) {
   std::vector<double> floors;
   for (const GroupedRecord& g : grouped) {
     if (g.work.size() < 2 || g.work.front().dtype != dtype || g.time.median <= 0.0) continue;
@@ -50,14 +52,14 @@ Provenance measured(const FitOptions& o, const std::string& what) {
 }
 
 // The datasheet peak for dtypes the base lacks, from its 16-bit peak (Hopper/Ampere ratios).
-double peak_for(const models::Profile& base, const std::string& dtype) {
+double peak_for(const models::Profile& base, models::Dtype dtype) {
   if (const models::GemmTable* t = base.gemm_table(dtype)) return t->peak_flops;
-  const models::GemmTable* half = base.gemm_table("bf16");
-  if (!half) half = base.gemm_table("fp16");
+  const models::GemmTable* half = base.gemm_table(models::Dtype::kBf16);
+  if (!half) half = base.gemm_table(models::Dtype::kFp16);
   const double p = half ? half->peak_flops : 989e12;
-  if (dtype == "fp8") return 2.0 * p;
-  if (dtype == "tf32") return p / 2.0;
-  if (dtype == "fp32") return p / 14.8;
+  if (dtype == models::Dtype::kFp8) return 2.0 * p;
+  if (dtype == models::Dtype::kTf32) return p / 2.0;
+  if (dtype == models::Dtype::kFp32) return p / 14.8;
   return p;
 }
 
@@ -102,9 +104,9 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
   p.device.provenance = measured(o, device_note);
 
   // gemm: one curve per (dtype, n, k)
-  std::map<std::string, std::map<std::pair<long, long>, std::vector<const GemmRecord*>>> by_shape;
+  std::map<models::Dtype, std::map<std::pair<long, long>, std::vector<const GemmRecord*>>> by_shape;
   for (const GemmRecord& r : m.gemms) by_shape[r.op.dtype][{r.op.n, r.op.k}].push_back(&r);
-  for (const std::string& dtype : kAllDtypes) {
+  for (const models::Dtype dtype : kAllDtypes) {
     auto it = by_shape.find(dtype);
     if (it == by_shape.end()) continue;
     models::GemmTable t;
@@ -148,15 +150,19 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
     p.gemm.push_back(std::move(t));
   }
 
-  // collectives: uniform curves
-  std::map<std::tuple<std::string, int>, std::vector<const CollectiveRecord*>> curves;
+  // collectives: uniform curves, in the order of their op names (the order fitted profiles list them in)
+  auto by_op_name = [](const std::pair<models::CollectiveOp, int>& a, const std::pair<models::CollectiveOp, int>& b) {
+    return std::pair(models::collective_op_name(a.first), a.second) <
+           std::pair(models::collective_op_name(b.first), b.second);
+  };
+  std::map<std::pair<models::CollectiveOp, int>, std::vector<const CollectiveRecord*>, decltype(by_op_name)> curves;
   for (const CollectiveRecord& r : m.collectives)
-    if (r.label == "uniform" && r.wrong == 0) curves[{r.traffic.op, r.traffic.ranks}].push_back(&r);
+    if (r.label == "uniform" && r.wrong == 0) curves[{r.traffic.op.value(), r.traffic.ranks}].push_back(&r);
   for (auto& [key, records] : curves) {
     std::sort(records.begin(), records.end(), [](auto* a, auto* b) { return a->traffic.bytes < b->traffic.bytes; });
     models::CollectiveCurve c;
-    c.op = std::get<0>(key);
-    c.ranks = std::get<1>(key);
+    c.op = key.first;
+    c.ranks = key.second;
     c.scope = "intra_node";
     for (const CollectiveRecord* r : records) {
       if (!c.bytes.empty() && c.bytes.back() >= r->traffic.bytes) continue;
@@ -174,7 +180,7 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
   p.nvlink = {};
   p.pcie = {};
   p.nic = {};
-  if (auto it = curves.find({"send_recv", 2}); it != curves.end() && it->second.size() >= 2) {
+  if (auto it = curves.find({models::CollectiveOp::kSendRecv, 2}); it != curves.end() && it->second.size() >= 2) {
     const CollectiveRecord* largest = it->second.back();
     const double nominal = d.compute_capability >= 90 ? 450e9 : 300e9;  // per direction
     p.nvlink.bandwidth_efficiency = std::clamp(largest->algbw() / nominal, 1e-3, 1.0);
@@ -190,23 +196,40 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
                                           std::to_string(d.pcie_generation) + " x" + std::to_string(d.pcie_width));
     }
 
-  // contention grids
-  std::map<std::string, std::map<std::pair<double, double>, const ContentionRecord*>> grids;
-  for (const ContentionRecord& r : m.contention)
-    if (!r.comm_op.empty()) grids[r.comm_op][{r.traffic.bytes, work_flops(r.gemm)}] = &r;
+  // contention grids by (op, the GEMM's roofline class, the SMs the communication held), in the
+  // order of their op names ("any" among them), then class, then SMs
+  using GridKey = std::tuple<std::optional<models::CollectiveOp>, models::ComputeClass, int>;
+  auto by_grid_name = [](const GridKey& a, const GridKey& b) {
+    const std::string na = models::contention_op_name(std::get<0>(a)), nb = models::contention_op_name(std::get<0>(b));
+    if (na != nb) return na < nb;
+    if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) < std::get<1>(b);
+    return std::get<2>(a) < std::get<2>(b);
+  };
+  std::map<GridKey, std::map<std::pair<double, double>, const ContentionRecord*>, decltype(by_grid_name)> grids;
+  for (const ContentionRecord& r : m.contention) {
+    if (!r.in_grid) continue;
+    double gemm_bytes = 0.0;
+    for (const GemmOp& g : r.gemm)
+      gemm_bytes += models::gemm_bytes(g.dtype, static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k));
+    const models::ComputeClass cls = models::compute_class(p, r.dtype, work_flops(r.gemm), gemm_bytes);
+    // NCCL's channels and the copy kernel's blocks each hold an SM; the copy engine holds none.
+    const int sms = r.traffic.kind == "copy_engine" ? 0 : r.traffic.ctas > 0 ? r.traffic.ctas : -1;
+    grids[GridKey{r.comm_op, cls, sms}][{r.traffic.bytes, work_flops(r.gemm)}] = &r;
+  }
   int not_overlapped = 0;
-  for (const auto& [op, cells] : grids) {
+  for (const auto& [key, cells] : grids) {
+    const auto& [op, cls, sms] = key;
     std::set<double> bytes, flops;
-    for (const auto& [key, r] : cells) {
-      bytes.insert(key.first);
-      flops.insert(key.second);
+    for (const auto& [point, r] : cells) {
+      bytes.insert(point.first);
+      flops.insert(point.second);
     }
     if (cells.size() != bytes.size() * flops.size()) continue;  // incomplete grid: raw JSON only
     for (double b : bytes)
       for (double f : flops) {
         const ContentionRecord* r = cells.at({b, f});
         if (!r->overlapped()) ++not_overlapped;
-        p.contention.points.push_back({op, b, f, std::clamp(r->compute_slowdown(), 1.0, 1000.0),
+        p.contention.points.push_back({op, cls, sms, b, f, std::clamp(r->compute_slowdown(), 1.0, 1000.0),
                                        std::clamp(r->comm_slowdown(), 1.0, 1000.0)});
       }
   }
@@ -218,6 +241,10 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
                                                   : std::to_string(not_overlapped) + " points overlapped less than 90%";
     p.contention.provenance = measured(o, how + "; GEMM time overlapped / alone, clamped at 1; " + check);
     p.contention.comm_provenance = measured(o, how + "; communication time overlapped / alone, clamped at 1");
+    p.contention.comm_sms = 16;
+    p.contention.sms_provenance.kind = models::SourceKind::kModel;
+    p.contention.sms_provenance.detail =
+        "NCCL's usual 16 channels (one SM each), the middle of the measured CTA sweep; a study's dispatch.sms overrides it";
   }
 
   // power
@@ -233,13 +260,14 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
       if (r.state.state == "communication") w.communication = clampw(r.run.average_power);
     }
     for (const PowerRecord& r : m.power) {
-      if (r.state.state == "compute") w.compute[r.state.dtype] = clampw(std::max(r.run.average_power, w.idle));
+      if (r.state.state == "compute") w.compute[r.state.dtype.value()] = clampw(std::max(r.run.average_power, w.idle));
     }
     w.communication = std::max(w.communication, w.idle);
     for (const PowerRecord& r : m.power)
       if (r.state.state == "overlapped") {
-        const double c = w.compute.count(r.state.dtype) ? w.compute[r.state.dtype] : w.idle;
-        w.overlapped[r.state.dtype] = clampw(std::max({r.run.average_power, c, w.communication}));
+        const models::Dtype dtype = r.state.dtype.value();
+        const double c = w.compute.count(dtype) ? w.compute[dtype] : w.idle;
+        w.overlapped[dtype] = clampw(std::max({r.run.average_power, c, w.communication}));
       }
     for (const auto& [dtype, watts] : w.compute)
       if (!w.overlapped.count(dtype)) w.overlapped[dtype] = std::max(watts, w.communication);

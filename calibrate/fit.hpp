@@ -26,7 +26,7 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
 
 // Launch floor (s) of grouped GEMMs: with G GEMMs measured one by one (sum S) and grouped (T),
 // floor = (S - T) / (G - 1); the median over groups, clamped to [0, min_time]. 0 without groups.
-double fit_launch_floor(const std::vector<GroupedRecord>& grouped, const std::string& dtype, double min_time);
+double fit_launch_floor(const std::vector<GroupedRecord>& grouped, models::Dtype dtype, double min_time);
 // y made non-decreasing (running maximum): a timing dip at a larger size is noise, not speed-up.
 std::vector<double> monotone(std::vector<double> y);
 

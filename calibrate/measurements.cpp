@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "common/build_info.hpp"
+#include "models/profile.hpp"
 
 namespace moesim::calibrate {
 
@@ -11,7 +12,9 @@ using nlohmann::json;
 
 double GemmRecord::tflops() const { return time.median > 0 ? work_flops({op}) / time.median / 1e12 : 0.0; }
 double CollectiveRecord::algbw() const { return calibrate::algbw(traffic.bytes, time.median); }
-double CollectiveRecord::busbw() const { return calibrate::busbw(traffic.op, traffic.ranks, traffic.bytes, time.median); }
+double CollectiveRecord::busbw() const {
+  return calibrate::busbw(traffic.op.value(), traffic.ranks, traffic.bytes, time.median);
+}
 double TrafficRecord::rate() const { return time.median > 0 ? traffic.bytes / time.median : 0.0; }
 double ContentionRecord::compute_slowdown() const {
   return gemm_alone.median > 0 ? gemm_overlapped.median / gemm_alone.median : 1.0;
@@ -38,7 +41,9 @@ json summary_json(const Summary& s) {
   return {{"count", s.count}, {"median_s", s.median}, {"p10_s", s.p10}, {"p90_s", s.p90},
           {"min_s", s.min},   {"max_s", s.max},       {"mean_s", s.mean}, {"cv", s.cv}};
 }
-json op_json(const GemmOp& o) { return {{"dtype", o.dtype}, {"m", o.m}, {"n", o.n}, {"k", o.k}}; }
+json op_json(const GemmOp& o) {
+  return {{"dtype", models::dtype_name(o.dtype)}, {"m", o.m}, {"n", o.n}, {"k", o.k}};
+}
 json work_json(const GemmWork& w) {
   json a = json::array();
   for (const GemmOp& o : w) a.push_back(op_json(o));
@@ -46,13 +51,13 @@ json work_json(const GemmWork& w) {
 }
 json traffic_json(const Traffic& t) {
   json j = {{"kind", t.kind}, {"bytes", t.bytes}, {"ranks", t.ranks}, {"ctas", t.ctas}};
-  if (!t.op.empty()) j["op"] = t.op;
+  if (t.op) j["op"] = models::collective_op_name(*t.op);
   if (!t.traffic_matrix.empty()) j["traffic_matrix"] = t.traffic_matrix;
   return j;
 }
 json power_json(const PowerRecord& p) {
   return {{"state", p.state.state},
-          {"dtype", p.state.dtype},
+          {"dtype", p.state.dtype ? models::dtype_name(*p.state.dtype) : std::string()},
           {"gemm", work_json(p.state.gemm)},
           {"traffic", p.state.traffic.kind.empty() ? json() : traffic_json(p.state.traffic)},
           {"power_limit_W", p.power_limit},
@@ -138,7 +143,7 @@ json measurements_to_json(const Measurements& m) {
     k.push_back({{"gemm", work_json(r.gemm)},
                  {"gemm_flop", work_flops(r.gemm)},
                  {"traffic", traffic_json(r.traffic)},
-                 {"grid", r.comm_op},
+                 {"grid", r.in_grid ? models::contention_op_name(r.comm_op) : std::string()},
                  {"gemm_alone", summary_json(r.gemm_alone)},
                  {"gemm_overlapped", summary_json(r.gemm_overlapped)},
                  {"comm_alone", summary_json(r.comm_alone)},

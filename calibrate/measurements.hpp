@@ -2,6 +2,7 @@
 // fitting, the console tables and the raw JSON writer. Times in seconds, bytes, watts, hertz.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,9 +43,10 @@ struct TrafficRecord {
 };
 struct ContentionRecord {
   GemmWork gemm;
-  std::string dtype;
+  models::Dtype dtype = models::Dtype::kBf16;
   Traffic traffic;
-  std::string comm_op;  // the profile grid ("" for a sweep point kept only in the raw JSON)
+  bool in_grid = false;  // a point of a profile grid; false: a sweep point kept only in the raw JSON
+  std::optional<models::CollectiveOp> comm_op;  // its grid: the op, or nullopt for "any"
   OverlapRun run;
   Summary gemm_alone, comm_alone, gemm_overlapped, comm_overlapped;
   double compute_slowdown() const;  // median overlapped / median alone

@@ -17,6 +17,8 @@
 namespace moesim::calibrate {
 
 using common::UsageError;
+using models::CollectiveOp;
+using models::Dtype;
 
 double work_flops(const GemmWork& work) {
   double flops = 0.0;
@@ -27,7 +29,7 @@ double work_flops(const GemmWork& work) {
 std::string traffic_label(const Traffic& t) {
   std::ostringstream s;
   if (t.kind == "nccl") {
-    s << t.op << " x" << t.ranks;
+    s << (t.op ? models::collective_op_name(*t.op) : std::string()) << " x" << t.ranks;
     if (!t.traffic_matrix.empty()) s << " (matrix)";
   } else {
     s << t.kind;
@@ -79,18 +81,21 @@ std::vector<double> expand_sizes(const SizeRange& r) {
   return sizes;
 }
 
-std::vector<std::string> parse_dtypes(std::string_view text) {
-  std::vector<std::string> out;
+std::vector<Dtype> parse_dtypes(std::string_view text) {
+  std::vector<std::string> names;
+  for (const Dtype d : kAllDtypes) names.push_back(models::dtype_name(d));
+  std::vector<Dtype> out;
   std::size_t start = 0;
   while (start <= text.size()) {
     const std::size_t comma = text.find(',', start);
     const std::string_view item = text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
-    if (std::find(kAllDtypes.begin(), kAllDtypes.end(), item) == kAllDtypes.end())
-      throw UsageError("--dtypes: unknown dtype " + common::quoted(item) + common::did_you_mean(item, kAllDtypes) +
-                       "; valid: fp32, tf32, bf16, fp16, fp8");
-    if (std::find(out.begin(), out.end(), item) != out.end())
+    const std::optional<Dtype> dtype = common::enum_from_name<Dtype>(models::kDtypes, item);
+    if (!dtype)
+      throw UsageError("--dtypes: unknown dtype " + common::quoted(item) + common::did_you_mean(item, names) +
+                       "; valid: " + common::join(names, ", "));
+    if (std::find(out.begin(), out.end(), *dtype) != out.end())
       throw UsageError("--dtypes: " + common::quoted(item) + " is given twice");
-    out.emplace_back(item);
+    out.push_back(*dtype);
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
@@ -139,9 +144,9 @@ Plan make_plan(const PlanOptions& o) {
   plan.gpus = o.gpus;
   plan.dtypes = o.dtypes;
   if (plan.dtypes.empty()) {
-    plan.dtypes = quick ? std::vector<std::string>{"bf16", "fp16", "fp8"} : kAllDtypes;
-    if (!o.fp8_supported) std::erase(plan.dtypes, "fp8");
-  } else if (!o.fp8_supported && std::find(plan.dtypes.begin(), plan.dtypes.end(), "fp8") != plan.dtypes.end()) {
+    plan.dtypes = quick ? std::vector<Dtype>{Dtype::kBf16, Dtype::kFp16, Dtype::kFp8} : kAllDtypes;
+    if (!o.fp8_supported) std::erase(plan.dtypes, Dtype::kFp8);
+  } else if (!o.fp8_supported && std::find(plan.dtypes.begin(), plan.dtypes.end(), Dtype::kFp8) != plan.dtypes.end()) {
     throw UsageError("--dtypes: fp8 was asked for, but this GPU has no fp8 GEMMs (compute capability 8.9 or newer)");
   }
   plan.gemm_timing = quick ? Timing{3, 10, 0, 50e-6} : Timing{3, 15, 0, 100e-6};
@@ -161,16 +166,17 @@ Plan make_plan(const PlanOptions& o) {
       }
   }
   const std::vector<long> m_all = powers(1, 65536, 2);
-  for (const std::string& dtype : plan.dtypes) {
+  for (const Dtype dtype : plan.dtypes) {
     // 4-byte GEMMs at 65536 tokens take 100+ ms each: the table's linear extrapolation covers them.
     std::vector<long> m = m_all;
-    if (dtype == "fp32" || dtype == "tf32") std::erase_if(m, [](long v) { return v > 16384; });
+    if (dtype == Dtype::kFp32 || dtype == Dtype::kTf32) std::erase_if(m, [](long v) { return v > 16384; });
     // Full: 4-byte dtypes cover the TP-1 shapes only (the 16- and 8-bit tables cover TP 1, 2 and 4).
-    const auto& dshapes = (dtype == "fp32" || dtype == "tf32") ? tp1_shapes : shapes;
+    const auto& dshapes = (dtype == Dtype::kFp32 || dtype == Dtype::kTf32) ? tp1_shapes : shapes;
     for (const auto& [n, k] : dshapes) plan.gemms.push_back({dtype, n, k, m});
   }
 
-  const std::string group_dtype = plan.dtypes.front() == "fp32" && plan.dtypes.size() > 1 ? plan.dtypes[1] : plan.dtypes.front();
+  const Dtype group_dtype =
+      plan.dtypes.front() == Dtype::kFp32 && plan.dtypes.size() > 1 ? plan.dtypes[1] : plan.dtypes.front();
   for (const models::Architecture& a : loaded) {
     if (a.num_experts == 0) continue;
     const int experts = std::min(a.num_experts, 8);
@@ -184,52 +190,56 @@ Plan make_plan(const PlanOptions& o) {
   SizeRange range = o.sizes ? *o.sizes : (quick ? SizeRange{1024.0, 268435456.0, 4.0} : SizeRange{1024.0, 1073741824.0, 2.0});
   const std::vector<double> sizes = expand_sizes(range);
   if (o.gpus >= 2) {
-    for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
+    for (CollectiveOp op :
+         {CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter, CollectiveOp::kAllToAll})
       plan.collectives.push_back({Traffic{"nccl", op, sizes.front(), o.gpus, 0, {}}, sizes, "uniform"});
     std::vector<double> matrix = o.traffic_matrix.empty() ? default_matrix(o.gpus) : o.traffic_matrix;
-    plan.collectives.push_back({Traffic{"nccl", "all_to_all", sizes.front(), o.gpus, 0, matrix}, sizes, "matrix"});
-    plan.collectives.push_back({Traffic{"nccl", "send_recv", sizes.front(), 2, 0, {}}, sizes, "uniform"});
+    plan.collectives.push_back(
+        {Traffic{"nccl", CollectiveOp::kAllToAll, sizes.front(), o.gpus, 0, matrix}, sizes, "matrix"});
+    plan.collectives.push_back({Traffic{"nccl", CollectiveOp::kSendRecv, sizes.front(), 2, 0, {}}, sizes, "uniform"});
   }
-  plan.single_gpu_traffic.push_back({"copy_kernel", "", 1073741824.0, 1, 0, {}});
-  plan.single_gpu_traffic.push_back({"copy_engine", "", 268435456.0, 1, 0, {}});
+  plan.single_gpu_traffic.push_back({"copy_kernel", std::nullopt, 1073741824.0, 1, 0, {}});
+  plan.single_gpu_traffic.push_back({"copy_engine", std::nullopt, 268435456.0, 1, 0, {}});
 
   // Contention grid: GEMMs of about 1e10..1e12 FLOP against traffic of a few MB to 256 MB.
-  const std::string cdtype = group_dtype;
+  const Dtype cdtype = group_dtype;
   const std::vector<long> gemm_m = quick ? std::vector<long>{512, 16384} : std::vector<long>{256, 2048, 16384};
   const std::vector<double> comm_bytes =
       quick ? std::vector<double>{16777216.0, 268435456.0} : std::vector<double>{4194304.0, 33554432.0, 268435456.0};
   const std::vector<int> ctas = quick ? std::vector<int>{16} : std::vector<int>{16, 8, 32};
-  auto add_point = [&](const Traffic& t, const std::string& grid) {
-    for (long m : gemm_m) plan.contention.push_back({{GemmOp{cdtype, m, 4096, 4096}}, cdtype, t, grid});
+  auto add_point = [&](const Traffic& t, bool in_grid, std::optional<CollectiveOp> grid_op) {
+    for (long m : gemm_m) plan.contention.push_back({{GemmOp{cdtype, m, 4096, 4096}}, cdtype, t, in_grid, grid_op});
   };
   for (int c : ctas)
     for (double b : comm_bytes) {
-      // The grid takes NCCL's usual 16 channels; the other CTA counts are kept in the raw JSON.
+      // Every CTA count is a grid of its own (the SMs the communication holds); the profile's default
+      // is NCCL's usual 16 channels.
       if (o.gpus >= 2) {
-        for (const char* op : {"all_to_all", "all_gather", "reduce_scatter"})
-          add_point(Traffic{"nccl", op, b, o.gpus, c, {}}, c == 16 ? op : std::string());
+        for (CollectiveOp op : {CollectiveOp::kAllToAll, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter})
+          add_point(Traffic{"nccl", op, b, o.gpus, c, {}}, true, op);
       } else {
-        add_point(Traffic{"copy_kernel", "", b, 1, c, {}}, c == 16 ? "any" : std::string());
+        add_point(Traffic{"copy_kernel", std::nullopt, b, 1, c, {}}, true, std::nullopt);
       }
     }
+  // The copy engine holds no SM: its grid is the zero-SM class.
   if (o.gpus == 1 && !quick)
-    for (double b : comm_bytes) add_point(Traffic{"copy_engine", "", b, 1, 0, {}}, std::string());
+    for (double b : comm_bytes) add_point(Traffic{"copy_engine", std::nullopt, b, 1, 0, {}}, true, std::nullopt);
   // The dtype sweep (raw JSON): the same GEMMs in the other tensor-core dtypes against the middle size.
   if (!quick) {
-    const Traffic mid = o.gpus >= 2 ? Traffic{"nccl", "all_to_all", comm_bytes[1], o.gpus, 16, {}}
-                                    : Traffic{"copy_kernel", "", comm_bytes[1], 1, 16, {}};
-    for (const std::string& d : plan.dtypes)
-      if (d != cdtype && d != "fp32")
-        for (long m : gemm_m) plan.contention.push_back({{GemmOp{d, m, 4096, 4096}}, d, mid, std::string()});
+    const Traffic mid = o.gpus >= 2 ? Traffic{"nccl", CollectiveOp::kAllToAll, comm_bytes[1], o.gpus, 16, {}}
+                                    : Traffic{"copy_kernel", std::nullopt, comm_bytes[1], 1, 16, {}};
+    for (const Dtype d : plan.dtypes)
+      if (d != cdtype && d != Dtype::kFp32)
+        for (long m : gemm_m) plan.contention.push_back({{GemmOp{d, m, 4096, 4096}}, d, mid, false, std::nullopt});
   }
 
-  const Traffic comm_state = o.gpus >= 2 ? Traffic{"nccl", "all_reduce", 268435456.0, o.gpus, 0, {}}
-                                         : Traffic{"copy_kernel", "", 268435456.0, 1, 16, {}};
+  const Traffic comm_state = o.gpus >= 2 ? Traffic{"nccl", CollectiveOp::kAllReduce, 268435456.0, o.gpus, 0, {}}
+                                         : Traffic{"copy_kernel", std::nullopt, 268435456.0, 1, 16, {}};
   plan.power_state_seconds = 1.0;
-  plan.power.push_back({"idle", "", {}, {}, plan.power_state_seconds});
-  plan.power.push_back({"communication", "", {}, comm_state, plan.power_state_seconds});
-  for (const std::string& dtype : plan.dtypes) {
-    const long s = dtype == "fp32" || dtype == "tf32" ? 4096 : 8192;
+  plan.power.push_back({"idle", std::nullopt, {}, {}, plan.power_state_seconds});
+  plan.power.push_back({"communication", std::nullopt, {}, comm_state, plan.power_state_seconds});
+  for (const Dtype dtype : plan.dtypes) {
+    const long s = dtype == Dtype::kFp32 || dtype == Dtype::kTf32 ? 4096 : 8192;
     const GemmWork big{GemmOp{dtype, s, s, s}};
     plan.power.push_back({"compute", dtype, big, {}, plan.power_state_seconds});
     plan.power.push_back({"overlapped", dtype, big, comm_state, plan.power_state_seconds});
@@ -248,11 +258,12 @@ constexpr double kPerCommunicator = 2.0;    // s: NCCL communicator creation
 
 double predicted_gemm(const models::Profile& ref, const GemmOp& op) {
   // A dtype the reference lacks runs at the 16-bit table's speed scaled by the peak ratio.
-  static const std::map<std::string, double> slower = {{"fp32", 14.8}, {"tf32", 2.0}, {"fp16", 1.0}, {"fp8", 0.5}};
+  static const std::map<Dtype, double> slower = {
+      {Dtype::kFp32, 14.8}, {Dtype::kTf32, 2.0}, {Dtype::kFp16, 1.0}, {Dtype::kFp8, 0.5}};
   const double m = static_cast<double>(op.m), n = static_cast<double>(op.n), k = static_cast<double>(op.k);
   if (ref.gemm_table(op.dtype)) return models::gemm_time(ref, op.dtype, m, n, k);
   const auto it = slower.find(op.dtype);
-  return models::gemm_time(ref, "bf16", m, n, k) * (it == slower.end() ? 1.0 : it->second);
+  return models::gemm_time(ref, Dtype::kBf16, m, n, k) * (it == slower.end() ? 1.0 : it->second);
 }
 
 double predicted_work(const models::Profile& ref, const GemmWork& work) {
@@ -262,7 +273,7 @@ double predicted_work(const models::Profile& ref, const GemmWork& work) {
 }
 
 double predicted_traffic(const models::Profile& ref, const Traffic& t) {
-  if (t.kind == "nccl") return models::collective_time(ref, t.op, t.ranks, t.bytes, 450e9, 2e-6);
+  if (t.kind == "nccl") return models::collective_time(ref, t.op.value(), t.ranks, t.bytes, 450e9, 2e-6);
   if (t.kind == "copy_engine") return 5e-6 + t.bytes / 50e9;
   const double hbm = ref.device.hbm_bandwidth > 0 ? ref.device.hbm_bandwidth : 2e12;
   const double share = t.ctas > 0 && ref.device.sm_count > 0 ? std::min(1.0, 4.0 * t.ctas / ref.device.sm_count) : 1.0;
@@ -317,7 +328,7 @@ std::string describe_plan(const Plan& plan, const PlanEstimate& e) {
   s << "# moesim-calibrate --plan " << plan_kind_name(plan.kind) << " on " << plan.gpus << " GPU"
     << (plan.gpus > 1 ? "s" : "") << " (dry run: nothing is measured)\n";
   s << "# dtypes:";
-  for (const std::string& d : plan.dtypes) s << ' ' << d;
+  for (const Dtype d : plan.dtypes) s << ' ' << models::dtype_name(d);
   s << "\n#\n# part          measurements  estimate\n";
   std::set<std::pair<long, long>> shapes;
   for (const GemmCurveCase& c : plan.gemms) shapes.insert({c.n, c.k});

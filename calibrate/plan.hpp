@@ -27,19 +27,21 @@ struct SizeRange {
 // begin, begin*f, ... up to end inclusive (nccl-tests' -f); UsageError when begin > end or f <= 1.
 std::vector<double> expand_sizes(const SizeRange& range);
 
-inline const std::vector<std::string> kAllDtypes = {"fp32", "tf32", "bf16", "fp16", "fp8"};
-// "bf16,fp8" -> {"bf16", "fp8"}; UsageError for an unknown or repeated dtype (closest suggested).
-std::vector<std::string> parse_dtypes(std::string_view text);
+// In the order the full plan measures them and fitted profiles list their tables.
+inline const std::vector<models::Dtype> kAllDtypes = {models::Dtype::kFp32, models::Dtype::kTf32, models::Dtype::kBf16,
+                                                      models::Dtype::kFp16, models::Dtype::kFp8};
+// "bf16,fp8" -> {kBf16, kFp8}; UsageError for an unknown or repeated dtype (closest suggested).
+std::vector<models::Dtype> parse_dtypes(std::string_view text);
 
 struct GemmCurveCase {
-  std::string dtype;
+  models::Dtype dtype = models::Dtype::kBf16;
   long n = 0;
   long k = 0;
   std::vector<long> m;  // increasing
 };
 // A grouped expert GEMM: one projection of `experts` experts with different token counts.
 struct GroupedCase {
-  std::string dtype;
+  models::Dtype dtype = models::Dtype::kBf16;
   std::string label;
   GemmWork work;
 };
@@ -50,15 +52,16 @@ struct CollectiveCase {
 };
 struct ContentionCase {
   GemmWork gemm;
-  std::string dtype;
+  models::Dtype dtype = models::Dtype::kBf16;
   Traffic traffic;
-  std::string comm_op;  // the profile grid this point belongs to ("any" for single-GPU traffic)
+  bool in_grid = false;  // a point of a profile grid; false: a sweep point kept only in the raw JSON
+  std::optional<models::CollectiveOp> comm_op;  // its grid: the op, or nullopt for "any" (single-GPU traffic)
 };
 
 struct PlanOptions {
   PlanKind kind = PlanKind::kQuick;
   int gpus = 1;
-  std::vector<std::string> dtypes;  // empty: the plan's default
+  std::vector<models::Dtype> dtypes;  // empty: the plan's default
   std::optional<SizeRange> sizes;   // empty: the plan's default
   std::vector<std::string> architectures;  // shapes to cover; empty: every shipped architecture
   std::vector<double> traffic_matrix;      // all_to_all matrix (gpus x gpus), empty: a skewed default
@@ -70,7 +73,7 @@ struct PlanOptions {
 struct Plan {
   PlanKind kind = PlanKind::kQuick;
   int gpus = 1;
-  std::vector<std::string> dtypes;
+  std::vector<models::Dtype> dtypes;
   Timing gemm_timing;
   Timing comm_timing;
   std::vector<GemmCurveCase> gemms;

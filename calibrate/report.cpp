@@ -38,8 +38,8 @@ void print_gemm_header(std::ostream& out) {
 }
 
 void print_gemm_row(std::ostream& out, const GemmRecord& r) {
-  out << fmt("  %6s %8ld %8ld %8ld %12.2f %12.2f %12.2f %6.1f %9.1f\n", r.op.dtype.c_str(), r.op.m, r.op.n, r.op.k,
-             r.time.median * 1e6, r.time.p10 * 1e6, r.time.p90 * 1e6, r.time.cv * 100.0, r.tflops())
+  out << fmt("  %6s %8ld %8ld %8ld %12.2f %12.2f %12.2f %6.1f %9.1f\n", models::dtype_name(r.op.dtype).c_str(), r.op.m,
+             r.op.n, r.op.k, r.time.median * 1e6, r.time.p10 * 1e6, r.time.p90 * 1e6, r.time.cv * 100.0, r.tflops())
       << std::flush;
 }
 
@@ -59,11 +59,13 @@ void print_collective_header(std::ostream& out) {
 }
 
 void print_collective_row(std::ostream& out, const CollectiveRecord& r) {
-  const long count = collective_count(r.traffic.op, r.traffic.ranks, r.traffic.bytes, 4);
-  const char* redop = r.traffic.op == "all_reduce" || r.traffic.op == "reduce_scatter" ? "sum" : "none";
-  out << fmt("  %-14s %5d %12.0f %12ld %8s %8s %10.2f %8.2f %8.2f %6ld %s\n", r.traffic.op.c_str(), r.traffic.ranks,
-             r.traffic.bytes, count, "float", redop, r.time.median * 1e6, r.algbw() / 1e9, r.busbw() / 1e9, r.wrong,
-             r.label.c_str())
+  const models::CollectiveOp op = r.traffic.op.value();
+  const long count = collective_count(op, r.traffic.ranks, r.traffic.bytes, 4);
+  const char* redop =
+      op == models::CollectiveOp::kAllReduce || op == models::CollectiveOp::kReduceScatter ? "sum" : "none";
+  out << fmt("  %-14s %5d %12.0f %12ld %8s %8s %10.2f %8.2f %8.2f %6ld %s\n", models::collective_op_name(op).c_str(),
+             r.traffic.ranks, r.traffic.bytes, count, "float", redop, r.time.median * 1e6, r.algbw() / 1e9,
+             r.busbw() / 1e9, r.wrong, r.label.c_str())
       << std::flush;
 }
 
@@ -84,7 +86,8 @@ void print_contention_header(std::ostream& out) {
 void print_contention_row(std::ostream& out, const ContentionRecord& r) {
   const GemmOp& g = r.gemm.front();
   const std::string shape = std::to_string(g.m) + "x" + std::to_string(g.n) + "x" + std::to_string(g.k);
-  out << fmt("  %-5s %16s %7.1f %-22s %10.1f %10.2f %10.2f %6.3f %10.2f %10.2f %6.3f %7.1f %-10s\n", r.dtype.c_str(),
+  out << fmt("  %-5s %16s %7.1f %-22s %10.1f %10.2f %10.2f %6.3f %10.2f %10.2f %6.3f %7.1f %-10s\n",
+             models::dtype_name(r.dtype).c_str(),
              shape.c_str(), work_flops(r.gemm) / 1e9, traffic_label(r.traffic).c_str(), r.traffic.bytes / 1048576.0,
              r.gemm_alone.median * 1e6, r.gemm_overlapped.median * 1e6, r.compute_slowdown(), r.comm_alone.median * 1e6,
              r.comm_overlapped.median * 1e6, r.comm_slowdown(),
@@ -102,8 +105,9 @@ void print_power_header(std::ostream& out) {
 
 void print_power_row(std::ostream& out, const PowerRecord& r) {
   const double limit = r.clock_limit > 0 ? r.clock_limit / 1e6 : r.power_limit;
+  const std::string dtype = r.state.dtype ? models::dtype_name(*r.state.dtype) : "-";
   out << fmt("  %-14s %-5s %8.2f %10.1f %9.1f %9.1f %9.0f %8.0f %6.0f %9.1f %9.0f\n", r.state.state.c_str(),
-             r.state.dtype.empty() ? "-" : r.state.dtype.c_str(), r.run.seconds, r.run.energy, r.run.average_power,
+             dtype.c_str(), r.run.seconds, r.run.energy, r.run.average_power,
              r.run.sampled_power, r.run.sm_clock / 1e6, r.run.mem_clock / 1e6, r.run.temperature, r.run.work_rate / 1e12,
              limit)
       << std::flush;

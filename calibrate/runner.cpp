@@ -15,7 +15,7 @@ void check(const std::function<bool()>& interrupted) {
 
 PowerState sweep_state(const Plan& plan) {
   for (const PowerState& s : plan.power)
-    if (s.state == "compute" && (s.dtype == "bf16" || s.dtype == "fp16")) return s;
+    if (s.state == "compute" && (s.dtype == models::Dtype::kBf16 || s.dtype == models::Dtype::kFp16)) return s;
   for (const PowerState& s : plan.power)
     if (s.state == "compute") return s;
   return {};
@@ -31,7 +31,7 @@ Measurements run_plan(Device& device, const Plan& plan, std::ostream& log, const
   print_context(log, m.device, m.plan);
 
   print_gemm_header(log);
-  std::map<std::tuple<std::string, long, long, long>, double> single;
+  std::map<std::tuple<models::Dtype, long, long, long>, double> single;
   for (const GemmCurveCase& c : plan.gemms)
     for (long mm : c.m) {
       check(interrupted);
@@ -39,7 +39,8 @@ Measurements run_plan(Device& device, const Plan& plan, std::ostream& log, const
       try {
         r.samples = device.time_gemm({r.op}, plan.gemm_timing);
       } catch (const UnsupportedError& e) {
-        log << "  " << c.dtype << " m=" << mm << " n=" << c.n << " k=" << c.k << ": unsupported (" << e.what() << ")\n";
+        log << "  " << models::dtype_name(c.dtype) << " m=" << mm << " n=" << c.n << " k=" << c.k << ": unsupported ("
+            << e.what() << ")\n";
         continue;
       }
       r.time = summarize(r.samples);
@@ -99,11 +100,13 @@ Measurements run_plan(Device& device, const Plan& plan, std::ostream& log, const
     r.gemm = c.gemm;
     r.dtype = c.dtype;
     r.traffic = c.traffic;
+    r.in_grid = c.in_grid;
     r.comm_op = c.comm_op;
     try {
       r.run = device.time_overlap(c.gemm, c.traffic, plan.gemm_timing);
     } catch (const UnsupportedError& e) {
-      log << "  " << c.dtype << " x " << traffic_label(c.traffic) << ": unsupported (" << e.what() << ")\n";
+      log << "  " << models::dtype_name(c.dtype) << " x " << traffic_label(c.traffic) << ": unsupported (" << e.what()
+          << ")\n";
       continue;
     }
     r.gemm_alone = summarize(r.run.gemm_alone);

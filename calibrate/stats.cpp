@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 namespace moesim::calibrate {
 
@@ -38,26 +39,34 @@ Summary summarize(const std::vector<double>& s) {
   return r;
 }
 
-double bus_factor(const std::string& op, int n) {
+double bus_factor(models::CollectiveOp op, int n) {
   if (n < 1) throw std::invalid_argument("rank count must be positive");
   const double ranks = n;
-  if (op == "all_reduce") return 2.0 * (ranks - 1.0) / ranks;
-  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return (ranks - 1.0) / ranks;
-  if (op == "send_recv") return 1.0;
-  throw std::invalid_argument("unknown collective \"" + op + "\"");
+  switch (op) {
+    case models::CollectiveOp::kAllReduce:
+      return 2.0 * (ranks - 1.0) / ranks;
+    case models::CollectiveOp::kAllGather:
+    case models::CollectiveOp::kReduceScatter:
+    case models::CollectiveOp::kAllToAll:
+      return (ranks - 1.0) / ranks;
+    case models::CollectiveOp::kSendRecv:
+      return 1.0;
+  }
+  // Only a value cast from outside the enum gets here.
+  throw std::invalid_argument("unknown collective " + std::to_string(static_cast<int>(op)));
 }
 
 double algbw(double bytes, double seconds) { return seconds > 0.0 ? bytes / seconds : 0.0; }
 
-double busbw(const std::string& op, int ranks, double bytes, double seconds) {
+double busbw(models::CollectiveOp op, int ranks, double bytes, double seconds) {
   return algbw(bytes, seconds) * bus_factor(op, ranks);
 }
 
-long collective_count(const std::string& op, int ranks, double bytes, int type_size) {
+long collective_count(models::CollectiveOp op, int ranks, double bytes, int type_size) {
   const long elements = static_cast<long>(bytes) / type_size;
-  if (op == "all_gather" || op == "reduce_scatter") return elements / ranks;
-  if (op == "all_to_all") return (elements / ranks) * ranks;
-  bus_factor(op, ranks);  // rejects an unknown op
+  if (op == models::CollectiveOp::kAllGather || op == models::CollectiveOp::kReduceScatter) return elements / ranks;
+  if (op == models::CollectiveOp::kAllToAll) return (elements / ranks) * ranks;
+  bus_factor(op, ranks);  // rejects a rank count below 1
   return elements;
 }
 

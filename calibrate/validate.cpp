@@ -45,7 +45,8 @@ std::vector<ValidationCase> validation_cases(traces::TraceReader& trace, const s
   return cases;
 }
 
-GemmWork expert_layer_work(const models::Architecture& a, const std::vector<long>& tokens, int tp, const std::string& dtype) {
+GemmWork expert_layer_work(const models::Architecture& a, const std::vector<long>& tokens, int tp,
+                           models::Dtype dtype) {
   const long ffn = (a.expert_ffn_size + tp - 1) / tp;
   const long hidden = a.hidden_size;
   GemmWork w;
@@ -60,7 +61,7 @@ GemmWork expert_layer_work(const models::Architecture& a, const std::vector<long
 }
 
 double predict_case(const models::Profile& profile, const models::Architecture& arch, const ValidationCase& c, int tp,
-                    const std::string& comm_op, double traffic_bytes) {
+                    models::CollectiveOp comm_op, double traffic_bytes) {
   const models::ExpertWork w = models::grouped_expert_time(profile, arch, c.tokens_per_expert, tp);
   if (!c.with_traffic) return w.time;
   return w.time * models::contention(profile, comm_op, traffic_bytes, w.flops).compute;
@@ -109,7 +110,7 @@ ValidationResult run_validation(Device& device, const models::Profile& profile, 
                                 const Timing& timing, std::ostream& out) {
   print_validation_header(out);
   std::vector<ValidationRow> rows;
-  const std::string comm_op = "all_to_all";  // what an MoE layer's dispatch overlaps
+  const models::CollectiveOp comm_op = models::CollectiveOp::kAllToAll;  // what an MoE layer's dispatch overlaps
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const ValidationCase& c = cases[i];
     const GemmWork work = expert_layer_work(arch, c.tokens_per_expert, tp, arch.dtype);

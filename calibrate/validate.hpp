@@ -33,12 +33,12 @@ std::vector<ValidationCase> validation_cases(traces::TraceReader& trace, const s
 // The grouped GEMMs one GPU issues for those tokens: per projection one group over the experts with
 // tokens (SwiGLU: gate and up [t x hidden] x [hidden x ffn/tp], down [t x ffn/tp] x [ffn/tp x hidden]).
 GemmWork expert_layer_work(const models::Architecture& arch, const std::vector<long>& tokens_per_expert, int tp,
-                           const std::string& dtype);
+                           models::Dtype dtype);
 
 // Predicted time (s) of a case: grouped_expert_time, times the contention table's compute slowdown
 // for `comm_op` at `traffic_bytes` when the case runs with traffic.
 double predict_case(const models::Profile& profile, const models::Architecture& arch, const ValidationCase& c, int tp,
-                    const std::string& comm_op, double traffic_bytes);
+                    models::CollectiveOp comm_op, double traffic_bytes);
 
 struct ValidationRow {
   ValidationCase c;

@@ -37,13 +37,20 @@ struct DtypeInfo {
   ElementType ecd;
 };
 
-DtypeInfo dtype_info(const std::string& d) {
-  if (d == "fp32") return {CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, ElementType::kF32, ElementType::kF32};
-  if (d == "tf32") return {CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, ElementType::kF32, ElementType::kF32};
-  if (d == "bf16") return {CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F, ElementType::kBf16, ElementType::kBf16};
-  if (d == "fp16") return {CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, ElementType::kF16, ElementType::kF16};
-  if (d == "fp8") return {CUDA_R_8F_E4M3, CUDA_R_16BF, CUBLAS_COMPUTE_32F, ElementType::kFp8E4m3, ElementType::kBf16};
-  throw common::UsageError("unknown GEMM dtype \"" + d + "\"");
+DtypeInfo dtype_info(models::Dtype d) {
+  switch (d) {
+    case models::Dtype::kFp32:
+      return {CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, ElementType::kF32, ElementType::kF32};
+    case models::Dtype::kTf32:
+      return {CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, ElementType::kF32, ElementType::kF32};
+    case models::Dtype::kBf16:
+      return {CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F, ElementType::kBf16, ElementType::kBf16};
+    case models::Dtype::kFp16:
+      return {CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, ElementType::kF16, ElementType::kF16};
+    case models::Dtype::kFp8:
+      return {CUDA_R_8F_E4M3, CUDA_R_16BF, CUBLAS_COMPUTE_32F, ElementType::kFp8E4m3, ElementType::kBf16};
+  }
+  throw common::UsageError("unknown GEMM dtype \"" + models::dtype_name(d) + "\"");
 }
 
 std::size_t align256(std::size_t b) { return (b + 255) / 256 * 256; }
@@ -345,9 +352,9 @@ void CudaDevice::prepare(PreparedWork& w, const GemmWork& work) {
     w.ops.push_back(p);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
       destroy(w);
-      throw UnsupportedError("cuBLASLt has no algorithm for " + op.dtype + " m=" + std::to_string(op.m) +
-                             " n=" + std::to_string(op.n) + " k=" + std::to_string(op.k) + " (" +
-                             lt_.cublasLtGetStatusString(st) + ")");
+      throw UnsupportedError("cuBLASLt has no algorithm for " + models::dtype_name(op.dtype) +
+                             " m=" + std::to_string(op.m) + " n=" + std::to_string(op.n) +
+                             " k=" + std::to_string(op.k) + " (" + lt_.cublasLtGetStatusString(st) + ")");
     }
     w.ops.back().algo = result.algo;
     w.ops.back().a_off = offset;
@@ -477,13 +484,13 @@ void CudaDevice::launch_collective(Comms& c, const Traffic& t) {
     MOESIM_CUDA(cudaSetDevice(r));
     float* send = reinterpret_cast<float*>(c.send[r]->p);
     float* recv = reinterpret_cast<float*>(c.recv[r]->p);
-    if (t.op == "all_reduce") {
+    if (t.op == models::CollectiveOp::kAllReduce) {
       MOESIM_NCCL(nc, ncclAllReduce(send, recv, elements, ncclFloat, ncclSum, c.comm[r], c.stream[r]));
-    } else if (t.op == "all_gather") {
+    } else if (t.op == models::CollectiveOp::kAllGather) {
       MOESIM_NCCL(nc, ncclAllGather(send, recv, elements / n, ncclFloat, c.comm[r], c.stream[r]));
-    } else if (t.op == "reduce_scatter") {
+    } else if (t.op == models::CollectiveOp::kReduceScatter) {
       MOESIM_NCCL(nc, ncclReduceScatter(send, recv, elements / n, ncclFloat, ncclSum, c.comm[r], c.stream[r]));
-    } else if (t.op == "all_to_all") {
+    } else if (t.op == models::CollectiveOp::kAllToAll) {
       const auto counts = a2a_counts(t, n, elements);
       std::size_t soff = 0, roff = 0;
       for (int p = 0; p < n; ++p) {
@@ -492,13 +499,13 @@ void CudaDevice::launch_collective(Comms& c, const Traffic& t) {
         soff += counts[r][p];
         roff += counts[p][r];
       }
-    } else if (t.op == "send_recv") {
+    } else if (t.op == models::CollectiveOp::kSendRecv) {
       if (r < 2) {
         MOESIM_NCCL(nc, ncclSend(send, elements, ncclFloat, 1 - r, c.comm[r], c.stream[r]));
         MOESIM_NCCL(nc, ncclRecv(recv, elements, ncclFloat, 1 - r, c.comm[r], c.stream[r]));
       }
     } else {
-      throw common::UsageError("unknown collective \"" + t.op + "\"");
+      throw common::UsageError("NCCL traffic without a collective op");
     }
   }
   MOESIM_NCCL(nc, ncclGroupEnd());
@@ -540,13 +547,13 @@ CollectiveRun CudaDevice::time_collective(const Traffic& t, const Timing& timing
     MOESIM_CUDA(cudaSetDevice(r));
     const float* recv = reinterpret_cast<const float*>(c.recv[r]->p);
     auto* wrong = reinterpret_cast<unsigned long long*>(c.wrong[r]->p);
-    if (t.op == "all_reduce") {
+    if (t.op == models::CollectiveOp::kAllReduce) {
       count_wrong(recv, elements, 0, 0, n, wrong, c.stream[r]);
-    } else if (t.op == "reduce_scatter") {
+    } else if (t.op == models::CollectiveOp::kReduceScatter) {
       count_wrong(recv, chunk, 0, static_cast<std::size_t>(r) * chunk, n, wrong, c.stream[r]);
-    } else if (t.op == "all_gather") {
+    } else if (t.op == models::CollectiveOp::kAllGather) {
       for (int p = 0; p < n; ++p) count_wrong(recv + static_cast<std::size_t>(p) * chunk, chunk, p, 0, 0, wrong, c.stream[r]);
-    } else if (t.op == "all_to_all") {
+    } else if (t.op == models::CollectiveOp::kAllToAll) {
       std::size_t roff = 0;
       for (int p = 0; p < n; ++p) {
         std::size_t soff = 0;
@@ -554,7 +561,7 @@ CollectiveRun CudaDevice::time_collective(const Traffic& t, const Timing& timing
         count_wrong(recv + roff, counts[p][r], p, soff, 0, wrong, c.stream[r]);
         roff += counts[p][r];
       }
-    } else if (t.op == "send_recv" && r < 2) {
+    } else if (t.op == models::CollectiveOp::kSendRecv && r < 2) {
       count_wrong(recv, elements, 1 - r, 0, 0, wrong, c.stream[r]);
     }
   }

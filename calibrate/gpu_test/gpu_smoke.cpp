@@ -27,13 +27,18 @@ int main() {
     return 77;
   }
   try {
+    constexpr auto bf16 = moesim::models::Dtype::kBf16;
     mc::Plan plan;
-    plan.dtypes = {"bf16"};
+    plan.dtypes = {bf16};
     plan.gemm_timing = {2, 5, 0, 50e-6};
-    plan.gemms.push_back({"bf16", 4096, 4096, {1, 256, 4096}});
-    plan.grouped.push_back({"bf16", "smoke x4", {{"bf16", 64, 4096, 4096}, {"bf16", 32, 4096, 4096}, {"bf16", 16, 4096, 4096}, {"bf16", 8, 4096, 4096}}});
-    plan.single_gpu_traffic.push_back({"copy_kernel", "", 268435456.0, 1, 0, {}});
-    plan.contention.push_back({{{"bf16", 8192, 4096, 4096}}, "bf16", {"copy_kernel", "", 67108864.0, 1, 16, {}}, "any"});
+    plan.gemms.push_back({bf16, 4096, 4096, {1, 256, 4096}});
+    plan.grouped.push_back(
+        {bf16,
+         "smoke x4",
+         {{bf16, 64, 4096, 4096}, {bf16, 32, 4096, 4096}, {bf16, 16, 4096, 4096}, {bf16, 8, 4096, 4096}}});
+    plan.single_gpu_traffic.push_back({"copy_kernel", std::nullopt, 268435456.0, 1, 0, {}});
+    plan.contention.push_back(
+        {{{bf16, 8192, 4096, 4096}}, bf16, {"copy_kernel", std::nullopt, 67108864.0, 1, 16, {}}, true, std::nullopt});
     std::ostringstream log;
     const mc::Measurements m = mc::run_plan(*device, plan, log, {});
     std::cout << log.str();

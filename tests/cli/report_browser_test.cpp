@@ -172,8 +172,9 @@ TEST_CASE("report: a real browser draws every chart of a MoE study from its data
   CHECK(dom.body.at("data-charts") == std::to_string(kCharts));
   CHECK(dom.body.at("data-rendered") == std::to_string(kCharts));
   REQUIRE(dom.charts.size() == kCharts);
-  for (const auto& [id, a] : dom.charts) {
-    INFO("chart " << id);
+  for (const auto& chart : dom.charts) {
+    const auto& a = chart.second;
+    INFO("chart " << chart.first);
     CHECK(a.at("data-status") == "ok");
     CHECK(std::stoi(a.at("data-marks")) > 0);
   }

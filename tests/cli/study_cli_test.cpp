@@ -95,6 +95,10 @@ TEST_CASE("study: writes moesim run's results byte for byte with each placement 
   INFO(study.err);
   REQUIRE(study.exit_code == 0);
   CHECK(read_text(tmp / "study" / "results.csv") == read_text(tmp / "run" / "results.csv"));
+  // One writer: the same results.json outside run_info (dates, hosts, wall times).
+  CHECK(stable_results(tmp / "study" / "results.json") == stable_results(tmp / "run" / "results.json"));
+  for (const auto& v : folder_names(tmp / "study" / "variants"))
+    CHECK(read_text(tmp / "study" / "variants" / v / "result.json") == read_text(tmp / "run" / "variants" / v / "result.json"));
   CHECK(study.out.find("contiguous-sequential *") != std::string::npos);
   CHECK(study.out.find("Results: " + (tmp / "study" / "results.csv").string()) != std::string::npos);
   // Not a terminal: a plain start and finish line per variant, with times.
@@ -192,9 +196,9 @@ TEST_CASE("study: --resume runs only the variants without a whole folder and ref
   CHECK(count(resumed.err, ": started\n") == 2);
   CHECK(resumed.err.find("round_robin-overlapped: started") != std::string::npos);
   CHECK(resumed.err.find("greedy-sequential: started") != std::string::npos);
-  for (const auto& [v, t] : mtimes) {
-    INFO(v);
-    CHECK(fs::last_write_time(out / "variants" / v / "result.json") == t);
+  for (const auto& entry : mtimes) {
+    INFO(entry.first);
+    CHECK(fs::last_write_time(out / "variants" / entry.first / "result.json") == entry.second);
   }
   CHECK(read_text(out / "results.csv") == csv);
   // A second resume has nothing left to run.

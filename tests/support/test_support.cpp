@@ -16,6 +16,7 @@ namespace moesim::testing {
 namespace fs = std::filesystem;
 
 fs::path source_dir() { return MOESIM_SOURCE_DIR; }
+fs::path reference_dir() { return source_dir() / "models" / "reference"; }
 fs::path test_data_dir() { return MOESIM_TEST_DATA_DIR; }
 fs::path shared_data_dir() { return fs::weakly_canonical(fs::path(MOESIM_SHARED_DATA_DIR)); }
 bool shared_data_available() { return fs::is_directory(shared_data_dir() / "routing"); }

@@ -15,6 +15,7 @@ namespace moesim::testing {
 
 std::filesystem::path source_dir();     // the repository root
 std::filesystem::path test_data_dir();  // tests/data
+std::filesystem::path reference_dir();  // models/reference: the published data shipped with the project
 // ../shared/data beside the checkout, if present.
 bool shared_data_available();
 std::filesystem::path shared_data_dir();

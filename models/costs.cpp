@@ -435,6 +435,37 @@ double state_power(const Profile& profile, GpuState state, Dtype dtype, double p
   return power_cap > 0.0 ? std::min(w, power_cap) : w;
 }
 
+namespace {
+double compute_watts(const PowerModel& p, Dtype dtype) {
+  if (auto it = p.compute.find(dtype); it != p.compute.end()) return it->second;
+  double highest = p.idle;
+  for (const auto& [d, w] : p.compute) highest = std::max(highest, w);
+  return highest;
+}
+}  // namespace
+
+double kernel_power(const Profile& profile, Dtype dtype, ComputeClass cls) {
+  const PowerModel& p = profile.power;
+  if (cls == ComputeClass::kMemoryBound) {
+    if (auto it = p.memory_bound.find(dtype); it != p.memory_bound.end()) return it->second;
+  }
+  return compute_watts(p, dtype);
+}
+
+double kernel_power_with_comm(const Profile& profile, Dtype dtype, double kernel_w) {
+  const PowerModel& p = profile.power;
+  const double both = state_power(profile, GpuState::kBoth, dtype, 0.0);
+  return std::min(both, kernel_w + std::max(0.0, p.communication - p.idle));
+}
+
+double cap_speed_factor(const Profile& profile, double power_cap, Dtype dtype, double kernel_w) {
+  const PowerModel& p = profile.power;
+  if (power_cap <= 0.0 || p.max_power <= 0.0) return 1.0;
+  const double full = compute_watts(p, dtype);
+  const double raised = kernel_w > 0.0 && kernel_w < full ? power_cap * full / kernel_w : power_cap;
+  return linear_to_one(p.cap_fraction, p.speed_fraction, std::min(raised, p.max_power) / p.max_power, true);
+}
+
 double cap_speed_factor(const Profile& profile, double power_cap) {
   const PowerModel& p = profile.power;
   if (power_cap <= 0.0 || p.max_power <= 0.0) return 1.0;

@@ -106,6 +106,22 @@ double state_power(const Profile& profile, GpuState state, Dtype dtype, double p
 // Compute speed factor (<= 1) under a power cap (0 = none), from the profile's cap curve: linear
 // between points, 1 at the uncapped end, and below the lowest point speed proportional to the cap.
 double cap_speed_factor(const Profile& profile, double power_cap);
+
+// Power by kernel class, uncapped, at the full clock. A compute-bound kernel draws the profile's
+// compute figure for its dtype; a memory-bound one its memory_bound figure, or the compute figure
+// where the profile has none (a GPU streaming HBM keeps every SM clocked and issuing: Splitwise's
+// measured A100 decode power supports that within 8%, docs/validation.md, "Power"). Attention is
+// classed by its own roofline like any kernel.
+double kernel_power(const Profile& profile, Dtype dtype, ComputeClass cls);
+// Power of a GPU running a kernel that draws `kernel_w` alone while communicating: the kernel's
+// power plus what communication adds to an idle GPU (communication - idle), never above the
+// profile's overlapped figure for the dtype (what a compute-bound kernel draws under communication).
+double kernel_power_with_comm(const Profile& profile, Dtype dtype, double kernel_w);
+// Speed factor (<= 1) under a power cap of a kernel that draws `kernel_w` uncapped. The cap curve was
+// measured on work that draws the profile's compute figure uncapped; a kernel that draws less is
+// slowed as that work would be under a cap raised by their ratio (cap x compute / kernel_w), so a cap
+// above what the kernel draws costs it (almost) nothing.
+double cap_speed_factor(const Profile& profile, double power_cap, Dtype dtype, double kernel_w);
 // Under an SM clock limit (Hz, 0 = none), from the profile's clock curve (1 where it has none): speed
 // is linear between points and proportional to the clock below them; power is linear between points
 // and held at the lowest point's below them (static power does not scale with the clock).

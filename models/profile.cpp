@@ -383,8 +383,8 @@ std::vector<std::pair<Dtype, double>> by_dtype_name(const std::map<Dtype, double
 
 PowerModel parse_power(const YamlNode& node) {
   node.expect_map();
-  node.allow_keys({"source", "max_power", "min_power_limit", "idle", "compute", "communication", "overlapped",
-                   "cap_curve", "clock_curve"});
+  node.allow_keys({"source", "max_power", "min_power_limit", "idle", "compute", "memory_bound", "communication",
+                   "overlapped", "cap_curve", "clock_curve"});
   PowerModel p;
   p.provenance = parse_source(node);
   p.max_power = node.at("max_power").as_unit(UnitKind::kPower, 1e-3);
@@ -410,6 +410,14 @@ PowerModel parse_power(const YamlNode& node) {
   for (const auto& [dtype, w] : by_dtype_name(p.overlapped))
     if (!p.compute.count(dtype))
       overlapped.at(dtype_name(dtype)).fail("expected only dtypes that compute gives, got " + dtype_name(dtype));
+  if (auto mem = node.find("memory_bound")) {
+    p.memory_bound = parse_dtype_watts(*mem, p.max_power);
+    for (const auto& [dtype, w] : by_dtype_name(p.memory_bound)) {
+      const std::string name = dtype_name(dtype);
+      if (!p.compute.count(dtype)) mem->at(name).fail("expected only dtypes that compute gives, got " + name);
+      if (w < p.idle) mem->at(name).fail_expected("at least the idle power (" + watts(p.idle) + ")");
+    }
+  }
 
   const YamlNode cap = node.at("cap_curve");
   cap.expect_map();
@@ -800,6 +808,7 @@ std::string profile_to_yaml(const Profile& p) {
     y << "power:\n  source: " << source_yaml(w.provenance) << "\n  max_power: " << unit_value(w.max_power, "W", 1.0)
       << "\n  min_power_limit: " << unit_value(w.min_power_limit, "W", 1.0)
       << "\n  idle: " << unit_value(w.idle, "W", 1.0) << "\n  compute: " << dtype_map(w.compute)
+      << (w.memory_bound.empty() ? std::string() : "\n  memory_bound: " + dtype_map(w.memory_bound))
       << "\n  communication: " << unit_value(w.communication, "W", 1.0) << "\n  overlapped: " << dtype_map(w.overlapped)
       << "\n  cap_curve:\n    source: " << source_yaml(w.cap_provenance)
       << "\n    cap_fraction: " << flow(w.cap_fraction) << "\n    speed_fraction: " << flow(w.speed_fraction) << "\n";

@@ -102,6 +102,9 @@ struct PowerModel {
   std::map<Dtype, double> compute;           // W while computing, by dtype
   double communication = 0.0;                // W while only communicating
   std::map<Dtype, double> overlapped;        // W while both, by dtype
+  // Optional: W while running a memory-bound kernel (below the roofline ridge), by dtype; empty: the
+  // compute figure applies to every kernel (models::kernel_power).
+  std::map<Dtype, double> memory_bound;
   double max_power = 0.0;                    // W, the default power limit (TDP)
   double min_power_limit = 0.0;              // W, the lowest cap the GPU accepts
   // Compute speed under a power cap, as (cap / max_power, speed / uncapped speed) points, increasing.

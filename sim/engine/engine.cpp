@@ -40,6 +40,10 @@ ExecutorSetup executor_setup(const EngineInput& in) {
     if (in.options.power_cap > 0) p = std::min(p, in.options.power_cap);
     setup.state_power[static_cast<std::size_t>(st)] = p;
   }
+  setup.power_factor = power_factor;
+  setup.comm_extra = std::max(0.0, profile.power.communication - profile.power.idle);
+  setup.both_ceiling = models::state_power(profile, models::GpuState::kBoth, in.arch->dtype, 0.0);
+  setup.power_cap = in.options.power_cap;
   const int all_steps = in.options.warmup_steps + in.options.steps;
   setup.total_steps = in.options.end_step < 0 ? all_steps : std::min(in.options.end_step, all_steps);
   setup.first_step = std::clamp(in.options.first_step, 0, setup.total_steps);
@@ -71,10 +75,9 @@ SimResult simulate(const EngineInput& in) {
   if (setup.first_step >= setup.total_steps || measured_steps <= 0)
     throw common::RunError("step range [" + std::to_string(in.options.first_step) + ", " +
                            std::to_string(setup.total_steps) + ") holds no measured step");
-  // A power cap and a clock limit both slow compute; the slower of the two binds. It scales task
-  // amounts, not the hosts' speed.
-  const double speed_factor = std::min(models::cap_speed_factor(*in.profile, in.options.power_cap),
-                                       models::clock_speed_factor(*in.profile, in.options.clock_limit));
+  // A power cap and a clock limit both slow compute; the slower of the two binds, the cap's per task
+  // by what the task draws (GraphBuilder). They scale task amounts, not the hosts' speed.
+  const double clock_speed = models::clock_speed_factor(*in.profile, in.options.clock_limit);
   const Fabric fabric(*in.cluster, *in.profile);
   Platform platform(fabric);
   std::unique_ptr<ActivityDump> dump;
@@ -86,7 +89,7 @@ SimResult simulate(const EngineInput& in) {
   }
 
   const LayerTable layers = make_layer_table(in);
-  GraphBuilder graphs(in, layers, fabric, speed_factor);
+  GraphBuilder graphs(in, layers, fabric, clock_speed);
   graphs.skip(setup.first_step);
   // Declared after the graph builder: destroyed first, so that its thread stops before the state it
   // builds from goes.

@@ -25,6 +25,7 @@ Executor::Executor(const EngineInput& input, const LayerTable& layers, Platform&
   const int gpus = in_.ep * in_.tp;
   const std::size_t cells = static_cast<std::size_t>(gpus) * layers_.size();
   track_.assign(static_cast<std::size_t>(gpus), GpuTrack{});
+  for (auto& tr : track_) tr.watts = setup_.state_power[static_cast<std::size_t>(models::GpuState::kIdle)];
   result_.label = in_.options.label;
   result_.gpus.assign(static_cast<std::size_t>(gpus), GpuResult{});
   result_.traffic.assign(static_cast<std::size_t>(gpus), std::vector<double>(static_cast<std::size_t>(gpus), 0.0));
@@ -53,7 +54,7 @@ void Executor::account_state(int gpu) {
   const double dt = now - tr.state_since;
   if (measuring_ && dt > 0) {
     auto& gr = result_.gpus[static_cast<std::size_t>(gpu)];
-    const double p = setup_.state_power[static_cast<std::size_t>(tr.state)];
+    const double p = tr.watts;
     gr.energy += p * dt;
     gr.peak_power = std::max(gr.peak_power, p);
     if (tr.state == models::GpuState::kCompute || tr.state == models::GpuState::kBoth) gr.compute_busy += dt;
@@ -63,6 +64,13 @@ void Executor::account_state(int gpu) {
   tr.state_since = now;
   const bool c = tr.compute != nullptr, m = tr.comm_active > 0;
   tr.state = c && m ? models::GpuState::kBoth : c ? models::GpuState::kCompute : m ? models::GpuState::kComm : models::GpuState::kIdle;
+  if (c) {
+    double w = m ? std::min(setup_.both_ceiling, tr.compute->power + setup_.comm_extra) : tr.compute->power;
+    w *= setup_.power_factor;
+    tr.watts = setup_.power_cap > 0.0 ? std::min(w, setup_.power_cap) : w;
+  } else {
+    tr.watts = setup_.state_power[static_cast<std::size_t>(tr.state)];
+  }
 }
 
 const models::Slowdown& Executor::slowdown(GpuTrack& tr, const Task& m) {

@@ -24,6 +24,12 @@ namespace moesim::sim {
 
 struct ExecutorSetup {
   std::array<double, 4> state_power{};  // W per models::GpuState, clock limit and cap applied
+  // A compute task draws its own power (Task::power) x power_factor, plus comm_extra while the GPU
+  // also communicates (up to both_ceiling x power_factor), never above power_cap (0: none).
+  double power_factor = 1.0;  // clock limit
+  double comm_extra = 0.0;    // W, communication - idle
+  double both_ceiling = 0.0;  // W, the profile's overlapped figure for the dtype
+  double power_cap = 0.0;
   int first_step = 0;                   // the first step simulated (earlier ones were skipped)
   int total_steps = 0;                  // the step after the last one simulated
 };
@@ -44,6 +50,7 @@ class Executor {
     const Task* last_comm = nullptr;  // the most recent transfer started here (contention lookup)
     double state_since = 0.0;
     models::GpuState state = models::GpuState::kIdle;
+    double watts = 0.0;  // drawn since state_since
     // The last contention lookup: the same operation against the same GEMM recurs many times in a row.
     models::CollectiveOp cached_op = models::CollectiveOp::kAllToAll;
     double cached_bytes = -1.0, cached_flops = -1.0;

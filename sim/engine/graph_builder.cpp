@@ -74,9 +74,9 @@ LayerTable make_layer_table(const EngineInput& input) {
 }
 
 GraphBuilder::GraphBuilder(const EngineInput& input, const LayerTable& layers, const Fabric& fabric,
-                           double speed_factor)
+                           double clock_speed)
     : input_(input), arch_(*input.arch), cluster_(*input.cluster), profile_(*input.profile), layers_(layers),
-      fabric_(fabric), speed_factor_(speed_factor),
+      fabric_(fabric), clock_speed_(clock_speed),
       dtype_bytes_(models::dtype_bytes(input.arch->dtype)) {
   rank_node_ = rank_nodes(cluster_, input.ep, input.tp);
   a2a_one_node_ = input.ep * input.tp <= cluster_.gpus_per_node;
@@ -114,9 +114,13 @@ std::uint32_t GraphBuilder::add_compute(StepGraph& g, int gpu, Category cat, int
   t.category = cat;
   t.gpu = gpu;
   t.layer = slot;
-  t.amount = w.time * compute_scale_ / speed_factor_;
   t.flops = w.flops * compute_scale_;
   t.compute_class = models::compute_class(profile_, arch_.dtype, w.flops, w.bytes);
+  t.power = models::kernel_power(profile_, arch_.dtype, t.compute_class);
+  const double cap = input_.options.power_cap;
+  const double speed =
+      cap > 0.0 ? std::min(clock_speed_, models::cap_speed_factor(profile_, cap, arch_.dtype, t.power)) : clock_speed_;
+  t.amount = w.time * compute_scale_ / speed;
   const auto id = g.add(t);
   auto& last = s.compute[static_cast<std::size_t>(gpu)];
   g.edge(last, id);

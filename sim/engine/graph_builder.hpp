@@ -27,8 +27,10 @@ LayerTable make_layer_table(const EngineInput& input);
 
 class GraphBuilder {
  public:
-  // `speed_factor` (<= 1): compute runs at this fraction of full speed (power cap, clock limit).
-  GraphBuilder(const EngineInput& input, const LayerTable& layers, const Fabric& fabric, double speed_factor);
+  // `clock_speed` (<= 1): compute runs at this fraction of full speed under the clock limit. A power
+  // cap (input.options.power_cap) slows each compute task by what it draws (models::kernel_power,
+  // models::cap_speed_factor); the slower of the two binds.
+  GraphBuilder(const EngineInput& input, const LayerTable& layers, const Fabric& fabric, double clock_speed);
 
   // The next step's graph (finalized), its batch drawn from the step source.
   void build_next(StepGraph& g);
@@ -112,7 +114,7 @@ class GraphBuilder {
   const models::Profile& profile_;
   const LayerTable& layers_;
   const Fabric& fabric_;
-  double speed_factor_ = 1.0;
+  double clock_speed_ = 1.0;
   double dtype_bytes_ = 2.0;
   double compute_scale_ = 1.0;    // 2 while building a backward pass (input and weight gradients)
   std::vector<StepBatch> micro_;  // training: the micro-batches of the current step

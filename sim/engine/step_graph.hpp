@@ -40,6 +40,7 @@ struct Task {
   double payload = 0.0;   // transfer: bytes of data it carries (amount is scaled to its operation's rate)
   double flops = 0.0;     // compute: FLOP, for the contention lookup
   models::ComputeClass compute_class = models::ComputeClass::kComputeBound;  // compute: its roofline class
+  double power = 0.0;     // compute: W it draws alone, uncapped, at the full clock (models::kernel_power)
   std::int16_t comm_sms = -1;  // transfer: SMs its operation's kernels hold (-1: the profile's; 0: none)
   double op_bytes = 0.0;  // transfer: bytes of the whole operation it belongs to (contention lookup)
   models::CollectiveOp comm_op = models::CollectiveOp::kAllToAll;

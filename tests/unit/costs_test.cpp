@@ -293,6 +293,29 @@ TEST_CASE("contention: exact at grid points, log-linear between, clamped outside
     }
 }
 
+TEST_CASE("power by kernel class: memory-bound kernels draw their own figure, and a cap slows them by it") {
+  Profile p = tiny();
+  CHECK(kernel_power(p, Dtype::kBf16, ComputeClass::kComputeBound) == 400.0);
+  CHECK(kernel_power(p, Dtype::kBf16, ComputeClass::kMemoryBound) == 400.0);  // no figure: the compute one
+  CHECK(kernel_power_with_comm(p, Dtype::kBf16, 400.0) == 480.0);            // the overlapped figure
+  p.power.memory_bound[Dtype::kBf16] = 250.0;
+  CHECK(kernel_power(p, Dtype::kBf16, ComputeClass::kMemoryBound) == 250.0);
+  CHECK(kernel_power(p, Dtype::kBf16, ComputeClass::kComputeBound) == 400.0);
+  CHECK(kernel_power_with_comm(p, Dtype::kBf16, 250.0) == 350.0);  // + communication - idle
+  // The cap curve is that of work drawing the compute figure; work drawing less is slowed less.
+  CHECK(cap_speed_factor(p, 300, Dtype::kBf16, 400.0) == cap_speed_factor(p, 300));
+  CHECK(close(cap_speed_factor(p, 300, Dtype::kBf16, 250.0), cap_speed_factor(p, 480)));
+  CHECK(cap_speed_factor(p, 300, Dtype::kBf16, 250.0) > cap_speed_factor(p, 300));
+  CHECK(cap_speed_factor(p, 0, Dtype::kBf16, 250.0) == 1.0);
+  double speed = 0.0;
+  for (double w = 400.0; w >= 60.0; w -= 20.0) {
+    const double s = cap_speed_factor(p, 200, Dtype::kBf16, w);
+    CHECK(s >= speed);
+    CHECK(s <= 1.0);
+    speed = s;
+  }
+}
+
 TEST_CASE("power: states, caps and clock limits - speed and power monotone in the cap") {
   const Profile& p = tiny();
   CHECK(state_power(p, GpuState::kIdle, Dtype::kBf16, 0) == 50.0);

@@ -473,3 +473,15 @@ TEST_CASE("profile: the committed reference profiles are the converter's output"
                         "--reference", moesim::testing::reference_dir().string()});
   CHECK_MESSAGE(r.exit_code == 0, r.out << r.err);
 }
+
+TEST_CASE("profile: power.memory_bound is optional, per dtype, at least idle, and round-trips") {
+  const std::string path = profile_data("tiny.yaml").string();
+  CHECK(load_profile(path).power.memory_bound.empty());
+  const Profile p = load_profile(path, {"power.memory_bound.bf16=250W"});
+  REQUIRE(p.power.memory_bound.size() == 1);
+  CHECK(p.power.memory_bound.at(moesim::models::Dtype::kBf16) == 250.0);
+  CHECK(profile_to_yaml(round_trip(p)) == profile_to_yaml(p));
+  CHECK(profile_to_yaml(p).find("memory_bound: {bf16: 250W}") != std::string::npos);
+  const std::string low = error_of([&] { load_profile(path, {"power.memory_bound.bf16=10W"}); });
+  CHECK(low.find("power.memory_bound.bf16: expected at least the idle power") != std::string::npos);
+}

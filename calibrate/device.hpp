@@ -103,9 +103,9 @@ struct OverlapRun {
 
 // One power state held for about `seconds`.
 struct PowerState {
-  std::string state;  // "idle", "compute", "communication", "overlapped"
-  std::optional<models::Dtype> dtype;  // compute and overlapped
-  GemmWork gemm;                       // compute and overlapped
+  std::string state;  // "idle", "compute", "memory_bound", "communication", "overlapped"
+  std::optional<models::Dtype> dtype;  // compute, memory_bound and overlapped
+  GemmWork gemm;                       // compute, memory_bound and overlapped
   Traffic traffic;    // communication and overlapped
   double seconds = 1.0;
 };

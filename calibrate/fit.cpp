@@ -271,6 +271,10 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
       }
     for (const auto& [dtype, watts] : w.compute)
       if (!w.overlapped.count(dtype)) w.overlapped[dtype] = std::max(watts, w.communication);
+    // A memory-bound GEMM loop: the power of kernels below the roofline ridge (models::kernel_power).
+    for (const PowerRecord& r : m.power)
+      if (r.state.state == "memory_bound" && w.compute.count(r.state.dtype.value()))
+        w.memory_bound[r.state.dtype.value()] = clampw(std::max(r.run.average_power, w.idle));
     w.provenance = measured(o, "NVML energy counter over ~1 s per state, as found (power limit " +
                                    std::to_string(static_cast<int>(d.power_limit)) + " W)");
     // Cap curve: the sweep when it was allowed, else the base's, with its own provenance.

@@ -243,6 +243,10 @@ Plan make_plan(const PlanOptions& o) {
     const GemmWork big{GemmOp{dtype, s, s, s}};
     plan.power.push_back({"compute", dtype, big, {}, plan.power_state_seconds});
     plan.power.push_back({"overlapped", dtype, big, comm_state, plan.power_state_seconds});
+    // Memory-bound: 16 rows against an 8192 x 8192 weight (128 MiB in 16 bits, past any L2) is 16
+    // FLOP per weight byte in 16 bits, far below every GPU's ridge: it streams HBM.
+    const GemmWork thin{GemmOp{dtype, 16, 8192, 8192}};
+    plan.power.push_back({"memory_bound", dtype, thin, {}, plan.power_state_seconds});
   }
   if (o.allow_set_power_limit) plan.power_limit_fractions = {1.0, 0.85, 0.7, 0.55, 0.4};
   if (o.allow_set_clocks) plan.clock_fractions = {1.0, 0.85, 0.7, 0.55};

@@ -18,7 +18,7 @@ class FakeDevice : public calibrate::Device {
   static constexpr double kHalf = 96.0;         // m at half efficiency
   static constexpr double kCopyRate = 3.0e12;   // B/s of HBM traffic (read + write)
   static constexpr double kPcieRate = 50e9;     // B/s copy engine
-  static constexpr double kIdle = 80.0, kCompute = 610.0, kComm = 190.0, kBoth = 690.0;  // W
+  static constexpr double kIdle = 80.0, kCompute = 610.0, kMemoryBound = 470.0, kComm = 190.0, kBoth = 690.0;  // W
 
   explicit FakeDevice(int gpus = 1) {
     info_.name = "NVIDIA H200";
@@ -89,7 +89,11 @@ class FakeDevice : public calibrate::Device {
   calibrate::PowerRun measure_power(const calibrate::PowerState& s) override {
     calibrate::PowerRun r;
     r.seconds = s.seconds;
-    double w = s.state == "idle" ? kIdle : s.state == "compute" ? kCompute : s.state == "communication" ? kComm : kBoth;
+    double w = s.state == "idle"            ? kIdle
+               : s.state == "compute"       ? kCompute
+               : s.state == "memory_bound"  ? kMemoryBound
+               : s.state == "communication" ? kComm
+                                            : kBoth;
     double speed = 1.0;
     if (power_limit_ > 0 && w > power_limit_) {
       speed = power_limit_ / w;

@@ -90,6 +90,9 @@ TEST_CASE("calibrate: a fitted profile recovers the device's truth and says meas
   CHECK(p.power.idle == doctest::Approx(FakeDevice::kIdle));
   CHECK(p.power.compute.at(mm::Dtype::kBf16) == doctest::Approx(FakeDevice::kCompute));
   CHECK(p.power.overlapped.at(mm::Dtype::kBf16) == doctest::Approx(FakeDevice::kBoth));
+  // The memory-bound GEMM loop gives the memory-bound class its own figure, for every dtype measured.
+  CHECK(p.power.memory_bound.at(mm::Dtype::kBf16) == doctest::Approx(FakeDevice::kMemoryBound));
+  CHECK(p.power.memory_bound.size() == p.power.compute.size());
   CHECK(p.power.max_power == 700.0);
   // Without --allow-set-power-limit the cap curve is the base's, with the base's provenance.
   CHECK(p.power.cap_provenance.kind != mm::SourceKind::kMeasured);

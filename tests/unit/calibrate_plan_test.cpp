@@ -91,6 +91,27 @@ TEST_CASE("calibrate: the quick plan covers every shipped architecture's GEMM sh
   CHECK(grid >= 4);
   CHECK(plan.power_limit_fractions.empty());  // never without --allow-set-power-limit
   CHECK(plan.clock_fractions.empty());
+  // Power by kernel class: per dtype a compute-bound and a memory-bound GEMM loop, on either side of
+  // every shipped GPU's roofline ridge.
+  for (const std::string gpu : {"a100-sxm", "h100-sxm", "h200"}) {
+    const moesim::models::Profile prof = moesim::models::load_profile(gpu);
+    for (const Dtype d : plan.dtypes) {
+      if (!prof.gemm_table(d)) continue;
+      CAPTURE(gpu);
+      int compute = 0, memory = 0;
+      for (const mc::PowerState& s : plan.power) {
+        if (s.dtype != d || s.gemm.size() != 1) continue;
+        const mc::GemmOp& g = s.gemm.front();
+        const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
+        const auto cls = moesim::models::compute_class(prof, d, moesim::models::gemm_flops(m, n, k),
+                                                       moesim::models::gemm_bytes(d, m, n, k));
+        if (s.state == "compute") compute += cls == moesim::models::ComputeClass::kComputeBound;
+        if (s.state == "memory_bound") memory += cls == moesim::models::ComputeClass::kMemoryBound;
+      }
+      CHECK(compute == 1);
+      CHECK(memory == 1);
+    }
+  }
 }
 
 TEST_CASE("calibrate: plan dtypes follow the device and multi-GPU plans measure every collective") {

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "calibrate/fake_device.hpp"
 #include "calibrate/fit.hpp"
 #include "calibrate/plan.hpp"
 #include "calibrate/report.hpp"
@@ -109,6 +110,17 @@ po::variables_map parse(const po::options_description& desc, const std::vector<s
   return vm;
 }
 
+constexpr const char* kFakeDeviceHelp =
+    "measure a simulated device with known costs instead of a GPU (for testing scripts and pipelines; "
+    "its name, host and build say fake, and so does every file written from it)";
+
+// The device a run asked for: the fake one (calibrate/fake_device.hpp), or the environment's GPUs.
+std::unique_ptr<Device> open_requested(const CliEnvironment& env, const DeviceRequest& request) {
+  if (request.fake)
+    return std::make_unique<FakeDevice>(request.gpus, "NVIDIA H200 (fake device: moesim-calibrate --fake-device)");
+  return env.open_device(request);
+}
+
 int run_validate(const std::vector<std::string>& args, std::ostream& out, const CliEnvironment& env) {
   po::options_description desc("moesim-calibrate validate options");
   desc.add_options()("help,h", "print this help")("profile", po::value<std::string>(), "profile to predict with (name or path)")(
@@ -120,7 +132,8 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out, const 
       "ctas", po::value<int>()->default_value(16), "CTAs of the copy kernel standing in for NCCL")(
       "tp", po::value<int>()->default_value(1), "tensor-parallel degree of the experts")(
       "iters,n", po::value<int>()->default_value(15), "samples per case")(
-      "json", po::value<std::string>(), "also write the table as JSON here")("force", "replace an existing --json file");
+      "json", po::value<std::string>(), "also write the table as JSON here")("force", "replace an existing --json file")(
+      "fake-device", kFakeDeviceHelp);
   const po::variables_map vm = parse(desc, args);
   if (vm.count("help")) {
     out << "Usage: moesim-calibrate validate --profile P --trace T [options]\n" << desc;
@@ -143,7 +156,9 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out, const 
   const Traffic traffic{"copy_kernel", std::nullopt,
                         parse_size(vm["traffic-bytes"].as<std::string>(), "--traffic-bytes"), 1, vm["ctas"].as<int>(),
                         {}};
-  std::unique_ptr<Device> device = env.open_device(DeviceRequest{});
+  DeviceRequest request;
+  request.fake = vm.count("fake-device") > 0;
+  std::unique_ptr<Device> device = open_requested(env, request);
   print_context(out, device->info(), "validate");
   const Timing timing{3, std::max(3, vm["iters"].as<int>()), 0, 50e-6};
   const ValidationResult r = run_validation(*device, profile, arch, cases, tp, traffic, timing, out);
@@ -173,7 +188,7 @@ int run_measure(const std::vector<std::string>& args, std::ostream& out, std::os
       "force", "replace existing output files")("dry-run", "print what would run and how long it should take")(
       "list-devices", "list the GPUs and exit")("allow-set-power-limit",
                                                "sweep the power limit (restored on exit, error and signals)")(
-      "allow-set-clocks", "sweep locked SM clocks (reset on exit, error and signals)");
+      "allow-set-clocks", "sweep locked SM clocks (reset on exit, error and signals)")("fake-device", kFakeDeviceHelp);
   const po::variables_map vm = parse(desc, args);
   if (vm.count("help")) {
     out << kUsage << "\n" << desc << "\nBuild: " << env.build << "\n";
@@ -232,7 +247,8 @@ int run_measure(const std::vector<std::string>& args, std::ostream& out, std::os
   if (vm.count("base")) models::load_profile(vm["base"].as<std::string>());
 
   std::unique_ptr<Device> device =
-      env.open_device(DeviceRequest{plan_options.gpus, plan_options.allow_set_power_limit, plan_options.allow_set_clocks});
+      open_requested(env, DeviceRequest{plan_options.gpus, plan_options.allow_set_power_limit,
+                                        plan_options.allow_set_clocks, vm.count("fake-device") > 0});
   const DeviceInfo info = device->info();
   plan_options.fp8_supported = info.fp8;
   const std::string base_name = vm.count("base") ? vm["base"].as<std::string>() : base_profile_for(info.name);

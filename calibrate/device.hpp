@@ -140,6 +140,7 @@ struct DeviceRequest {
   int gpus = 1;
   bool allow_set_power_limit = false;
   bool allow_set_clocks = false;
+  bool fake = false;  // --fake-device: calibrate/fake_device.hpp instead of a GPU
 };
 
 // Lists the GPUs (one line each) or throws NoGpuError.

@@ -8,14 +8,14 @@
 
 #include "calibrate/cli.hpp"
 #include "calibrate/validate.hpp"
-#include "tests/unit/calibrate_fake_device.hpp"
+#include "calibrate/fake_device.hpp"
 #include "models/architecture.hpp"
 #include "models/profile.hpp"
 #include "tests/support/test_support.hpp"
 #include "traces/trace.hpp"
 
 namespace mc = moesim::calibrate;
-using moesim::testing::FakeDevice;
+using moesim::calibrate::FakeDevice;
 
 namespace {
 

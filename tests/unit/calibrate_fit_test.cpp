@@ -10,7 +10,7 @@
 #include "calibrate/fit.hpp"
 #include "calibrate/plan.hpp"
 #include "calibrate/runner.hpp"
-#include "tests/unit/calibrate_fake_device.hpp"
+#include "calibrate/fake_device.hpp"
 #include "common/error.hpp"
 #include "models/costs.hpp"
 #include "models/profile.hpp"
@@ -18,7 +18,7 @@
 
 namespace mc = moesim::calibrate;
 namespace mm = moesim::models;
-using moesim::testing::FakeDevice;
+using moesim::calibrate::FakeDevice;
 
 namespace {
 

@@ -1,17 +1,22 @@
-// A fake calibrate::Device for the calibrate tests: times follow a known "true" cost function (a
-// launch floor plus work at an efficiency that grows with m, copy traffic at a fixed rate, known
-// slowdowns when overlapped, known watts), with a small deterministic jitter, so tests can check
-// that fitting recovers the truth and that predictions from the fitted profile match it.
+// A fake Device: times follow a known "true" cost function (a launch floor plus work at an
+// efficiency that grows with m, copy traffic at a fixed rate, known slowdowns when overlapped, known
+// watts), with a small deterministic jitter. The tests check with it that fitting recovers the
+// truth and that predictions from the fitted profile match it; `moesim-calibrate --fake-device`
+// runs on it so that scripts around the binary (tools/gpu-validate.sh) can be tested without a GPU.
+// Its DeviceInfo says it is fake (name, host, build), and so does every profile written from it.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "calibrate/device.hpp"
 
-namespace moesim::testing {
+namespace moesim::calibrate {
 
-class FakeDevice : public calibrate::Device {
+class FakeDevice : public Device {
  public:
   static constexpr double kFloor = 4e-6;        // s per launch
   static constexpr double kPeak = 800e12;       // FLOP/s at full efficiency (16-bit)
@@ -20,8 +25,9 @@ class FakeDevice : public calibrate::Device {
   static constexpr double kPcieRate = 50e9;     // B/s copy engine
   static constexpr double kIdle = 80.0, kCompute = 610.0, kMemoryBound = 470.0, kComm = 190.0, kBoth = 690.0;  // W
 
-  explicit FakeDevice(int gpus = 1) {
-    info_.name = "NVIDIA H200";
+  // `name`: what the device calls itself (the base profile is chosen by it: "H200" gives h200).
+  explicit FakeDevice(int gpus = 1, std::string name = "NVIDIA H200") {
+    info_.name = std::move(name);
     info_.gpu_count = gpus;
     info_.sm_count = 132;
     info_.compute_capability = 90;
@@ -43,7 +49,7 @@ class FakeDevice : public calibrate::Device {
     info_.host = "fake";
     info_.build = "fake device";
   }
-  static double true_gemm(const calibrate::GemmOp& op) {
+  static double true_gemm(const GemmOp& op) {
     const double m = static_cast<double>(op.m), n = static_cast<double>(op.n), k = static_cast<double>(op.k);
     const double scale = op.dtype == models::Dtype::kFp8    ? 2.0
                          : op.dtype == models::Dtype::kFp32 ? 1.0 / 14.8
@@ -52,12 +58,12 @@ class FakeDevice : public calibrate::Device {
     return 2.0 * m * n * k / (kPeak * scale * m / (m + kHalf));
   }
   // One floor per launch: a grouped work (one graph) pays it once.
-  static double true_work(const calibrate::GemmWork& w) {
+  static double true_work(const GemmWork& w) {
     double t = kFloor;
-    for (const calibrate::GemmOp& op : w) t += true_gemm(op);
+    for (const GemmOp& op : w) t += true_gemm(op);
     return t;
   }
-  static double true_traffic(const calibrate::Traffic& t) {
+  static double true_traffic(const Traffic& t) {
     if (t.kind == "copy_engine") return 5e-6 + t.bytes / kPcieRate;
     if (t.kind == "nccl") return 10e-6 + t.bytes / 300e9;
     return 3e-6 + 2.0 * t.bytes / kCopyRate;
@@ -65,20 +71,20 @@ class FakeDevice : public calibrate::Device {
   static double true_compute_slowdown(double bytes) { return 1.0 + 0.25 * bytes / (bytes + 64e6); }
   static constexpr double kCommSlowdown = 1.12;
 
-  const calibrate::DeviceInfo& info() const override { return info_; }
-  std::vector<double> time_gemm(const calibrate::GemmWork& w, const calibrate::Timing& t) override {
+  const DeviceInfo& info() const override { return info_; }
+  std::vector<double> time_gemm(const GemmWork& w, const Timing& t) override {
     ++gemm_calls;
     return jitter(true_work(w), t.repetitions);
   }
-  calibrate::CollectiveRun time_collective(const calibrate::Traffic& tr, const calibrate::Timing& t) override {
+  CollectiveRun time_collective(const Traffic& tr, const Timing& t) override {
     return {jitter(true_traffic(tr), t.repetitions), 0};
   }
-  std::vector<double> time_traffic(const calibrate::Traffic& tr, const calibrate::Timing& t) override {
+  std::vector<double> time_traffic(const Traffic& tr, const Timing& t) override {
     return jitter(true_traffic(tr), t.repetitions);
   }
-  calibrate::OverlapRun time_overlap(const calibrate::GemmWork& w, const calibrate::Traffic& tr,
-                                     const calibrate::Timing& t) override {
-    calibrate::OverlapRun r;
+  OverlapRun time_overlap(const GemmWork& w, const Traffic& tr,
+                                     const Timing& t) override {
+    OverlapRun r;
     r.gemm_alone = jitter(true_work(w), t.repetitions);
     r.comm_alone = jitter(true_traffic(tr), t.repetitions);
     r.gemm_overlapped = jitter(true_work(w) * true_compute_slowdown(tr.bytes), t.repetitions);
@@ -86,8 +92,8 @@ class FakeDevice : public calibrate::Device {
     r.gemm_overlap = r.comm_overlap = 0.99;
     return r;
   }
-  calibrate::PowerRun measure_power(const calibrate::PowerState& s) override {
-    calibrate::PowerRun r;
+  PowerRun measure_power(const PowerState& s) override {
+    PowerRun r;
     r.seconds = s.seconds;
     double w = s.state == "idle"            ? kIdle
                : s.state == "compute"       ? kCompute
@@ -104,7 +110,7 @@ class FakeDevice : public calibrate::Device {
     r.sm_clock = 1980e6 * speed;
     r.mem_clock = 3201e6;
     r.temperature = 50;
-    r.work_rate = s.gemm.empty() ? 0.0 : calibrate::work_flops(s.gemm) / true_work(s.gemm) * speed;
+    r.work_rate = s.gemm.empty() ? 0.0 : work_flops(s.gemm) / true_work(s.gemm) * speed;
     r.energy_counter = true;
     return r;
   }
@@ -119,9 +125,9 @@ class FakeDevice : public calibrate::Device {
     for (int i = 0; i < n; ++i) out.push_back(t * (1.0 + 0.004 * ((i * 7 + counter_++) % 5 - 2)));
     return out;
   }
-  calibrate::DeviceInfo info_;
+  DeviceInfo info_;
   double power_limit_ = 0.0;
   int counter_ = 0;
 };
 
-}  // namespace moesim::testing
+}  // namespace moesim::calibrate

@@ -114,6 +114,10 @@ double dtype_bytes(Dtype dtype) {
   throw std::invalid_argument("unknown dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
+double dispatch_element_bytes(Dtype dtype) { return dtype == Dtype::kFp8 ? 1.0 + 4.0 / 128.0 : dtype_bytes(dtype); }
+
+double combine_element_bytes(Dtype dtype) { return dtype == Dtype::kFp8 ? 2.0 : dtype_bytes(dtype); }
+
 double interpolate_loglog(const std::vector<double>& x, const std::vector<double>& y, double at) {
   if (x.empty() || x.size() != y.size())
     throw std::invalid_argument("interpolate_loglog: needs equally long, non-empty x and y");

@@ -129,5 +129,12 @@ double clock_speed_factor(const Profile& profile, double sm_clock_limit);
 double clock_power_factor(const Profile& profile, double sm_clock_limit);
 
 double dtype_bytes(Dtype dtype);  // bf16/fp16 2, fp8 1, fp32/tf32 4
+// Bytes per hidden element of a token an expert-parallel dispatch sends for a model in `dtype`: FP8
+// models dispatch FP8 with one FP32 scale per 128 elements (1 + 4/128, as DeepSeek-V3 and DeepEP
+// do); others their dtype.
+double dispatch_element_bytes(Dtype dtype);
+// ... and a combine (and a TP all-reduce of expert outputs): FP8 models combine in BF16 (2); others
+// in their dtype.
+double combine_element_bytes(Dtype dtype);
 
 }  // namespace moesim::models

@@ -77,7 +77,9 @@ GraphBuilder::GraphBuilder(const EngineInput& input, const LayerTable& layers, c
                            double clock_speed)
     : input_(input), arch_(*input.arch), cluster_(*input.cluster), profile_(*input.profile), layers_(layers),
       fabric_(fabric), clock_speed_(clock_speed),
-      dtype_bytes_(models::dtype_bytes(input.arch->dtype)) {
+      dtype_bytes_(models::dtype_bytes(input.arch->dtype)),
+      dispatch_bytes_(models::dispatch_element_bytes(input.arch->dtype)),
+      combine_bytes_(models::combine_element_bytes(input.arch->dtype)) {
   rank_node_ = rank_nodes(cluster_, input.ep, input.tp);
   a2a_one_node_ = input.ep * input.tp <= cluster_.gpus_per_node;
   const int n = input.ep * input.tp, p = cluster_.gpus_per_node;
@@ -269,7 +271,7 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
   MoeScratch& m = moe_;
   const LayerCounts& counts = m.counts;
   const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes;
-  const double token_bytes = static_cast<double>(arch_.hidden_size) * dtype_bytes_ / tp;
+  const double token_bytes = static_cast<double>(arch_.hidden_size) * dispatch_bytes_ / tp;
   const bool hier = input_.options.dispatch == DispatchMode::kHierarchical;
   reset_lists(m.into, static_cast<std::size_t>(gpus()));
   for (int h = 0; h < ep; ++h) {
@@ -343,7 +345,7 @@ void GraphBuilder::add_expert_compute(StepGraph& g, std::size_t c, int slot, Str
       m.inputs_ready[static_cast<std::size_t>(gpu)] = gid;
     }
     const bool tp_collectives = tp > 1 && received > 0;
-    const double gathered_bytes = static_cast<double>(received) * arch_.hidden_size * dtype_bytes_;
+    const double gathered_bytes = static_cast<double>(received) * arch_.hidden_size * dispatch_bytes_;
     std::uint32_t ag = 0;
     if (tp_collectives) ag = add_tp_collective(g, r, CollectiveOp::kAllGather, gathered_bytes, slot, m.inputs_ready);
     for (int t = 0; t < tp; ++t) {
@@ -370,7 +372,7 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
   MoeScratch& m = moe_;
   const LayerCounts& counts = m.counts;
   const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes, n_gpus = gpus();
-  const double token_bytes = static_cast<double>(arch_.hidden_size) * dtype_bytes_ / tp;
+  const double token_bytes = static_cast<double>(arch_.hidden_size) * combine_bytes_ / tp;
   const bool hier = input_.options.dispatch == DispatchMode::kHierarchical;
   reset_lists(m.at_gateway, static_cast<std::size_t>(n_gpus * nodes));
   m.via_gateway.assign(static_cast<std::size_t>(n_gpus * nodes), 0);
@@ -426,7 +428,7 @@ void GraphBuilder::add_tp_all_reduce(StepGraph& g, const std::vector<long>& home
   for (int r = 0; r < input_.ep; ++r) {
     const long tokens = home_tokens[static_cast<std::size_t>(r)];
     if (tokens == 0) continue;
-    const double bytes = static_cast<double>(tokens) * arch_.hidden_size * dtype_bytes_;
+    const double bytes = static_cast<double>(tokens) * arch_.hidden_size * combine_bytes_;
     const auto j = add_tp_collective(g, r, CollectiveOp::kAllReduce, bytes, slot, s.ready);
     for (int t = 0; t < tp; ++t) s.ready[static_cast<std::size_t>(gpu_of(r, t))] = j;
   }

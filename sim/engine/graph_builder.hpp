@@ -115,7 +115,9 @@ class GraphBuilder {
   const LayerTable& layers_;
   const Fabric& fabric_;
   double clock_speed_ = 1.0;
-  double dtype_bytes_ = 2.0;
+  double dtype_bytes_ = 2.0;     // weights (gradient synchronisation)
+  double dispatch_bytes_ = 2.0;  // per hidden element dispatched (models::dispatch_element_bytes)
+  double combine_bytes_ = 2.0;   // per hidden element combined or reduced across TP
   double compute_scale_ = 1.0;    // 2 while building a backward pass (input and weight gradients)
   std::vector<StepBatch> micro_;  // training: the micro-batches of the current step
   StepBatch batch_;

@@ -260,3 +260,26 @@ TEST_CASE("sim: dense training: ideal <= overlapped <= sequential, and sequentia
     CHECK(sequential.tokens == 2u * 4u * 4u * 256u);
   }
 }
+
+TEST_CASE("physics: an FP8 model dispatches FP8 with its scales and combines in BF16") {
+  // The same routing with the model's dtype bf16, then fp8: every dispatched token carries hidden x
+  // (1 + 4/128) bytes instead of hidden x 2, every combined one hidden x 2 either way.
+  testing::SimSetup c = testing::shipped_deepseek_setup(sim::WorkloadMode::kPrefill);
+  c.options.steps = 2;
+  c.options.warmup_steps = 0;
+  auto total = [](const sim::SimResult& r) {
+    double sum = 0.0;
+    for (const auto& row : r.traffic) sum += std::accumulate(row.begin(), row.end(), 0.0);
+    return sum;
+  };
+  c.arch.dtype = models::Dtype::kBf16;
+  const double bf16 = total(testing::simulate_setup(c, c.options));
+  c.arch.dtype = models::Dtype::kFp8;
+  const double fp8 = total(testing::simulate_setup(c, c.options));
+  REQUIRE(bf16 > 0.0);
+  CHECK(fp8 / bf16 == doctest::Approx((1.0 + 4.0 / 128.0 + 2.0) / (2.0 + 2.0)).epsilon(1e-12));
+  CHECK(models::dispatch_element_bytes(models::Dtype::kFp8) == 1.0 + 4.0 / 128.0);
+  CHECK(models::combine_element_bytes(models::Dtype::kFp8) == 2.0);
+  CHECK(models::dispatch_element_bytes(models::Dtype::kBf16) == 2.0);
+  CHECK(models::combine_element_bytes(models::Dtype::kBf16) == 2.0);
+}

@@ -71,6 +71,10 @@ struct EngineOptions {
   // SMs the dispatch and combine kernels hold (contention): -1 the profile's (NCCL's channels); 0 a
   // copy engine or RDMA that takes none (DeepEP's low-latency kernels), so compute runs unslowed.
   int dispatch_sms = -1;
+  // Hierarchical dispatch and combine: each inter-node batch moves in this many pieces, one after the
+  // other, and the NVLink hop on the far side (dispatch) or the near side (combine) handles each piece
+  // as it arrives, so the two hops overlap (pipelined, as DeepEP's chunked forwarding); 1: whole.
+  int forward_pieces = 4;
   bool contention = true;         // false: the ideal timeline
   DispatchMode dispatch = DispatchMode::kFlat;
   double power_cap = 0.0;         // W, 0 = none

@@ -91,6 +91,15 @@ GraphBuilder::GraphBuilder(const EngineInput& input, const LayerTable& layers, c
   if (input.placement) router_ = std::make_unique<LayerRouter>(*input.placement, rank_node_, arch_.num_experts, arch_.top_k);
 }
 
+int GraphBuilder::pieces_for(int from, int to, double bytes, int most) const {
+  if (most <= 1) return 1;
+  const RouteFigures f = fabric_.figures(from, to);
+  if (!(f.bandwidth > 0.0) || !(f.latency > 0.0)) return most;
+  // A piece is worth its own transfer while moving it takes at least the route's latency.
+  const double fit = std::floor(bytes / (f.bandwidth * f.latency));
+  return static_cast<int>(std::clamp(fit, 1.0, static_cast<double>(most)));
+}
+
 double GraphBuilder::a2a_scale(int gpu, double op_bytes) const {
   return alltoall_scale(profile_, input_.ep, a2a_one_node_, op_bytes, a2a_port_[static_cast<std::size_t>(gpu)]);
 }
@@ -146,6 +155,20 @@ std::uint32_t GraphBuilder::add_transfer(StepGraph& g, int src, int dst, double 
   if (cat == Category::kDispatch || cat == Category::kCombine)
     x.comm_sms = static_cast<std::int16_t>(input_.options.dispatch_sms);
   return g.add(x);
+}
+
+std::uint32_t GraphBuilder::add_piece(StepGraph& g, int src, int dst, double bytes, Category cat, double op_bytes,
+                                      int slot, double scale, std::uint32_t after, bool first) {
+  const auto x = add_transfer(g, src, dst, bytes, cat, op_bytes, slot, scale);
+  if (!first) {
+    // Posted right behind the previous piece: its route latency runs under that piece's transfer,
+    // so it is taken off the wire amount (the payload stays).
+    const RouteFigures f = fabric_.figures(src, dst);
+    double& amount = g.tasks[x].amount;
+    amount = std::max(0.0, amount - f.latency * f.bandwidth);
+  }
+  g.edge(after, x);
+  return x;
 }
 
 std::pair<std::uint32_t, std::uint32_t> GraphBuilder::add_stream_op(StepGraph& g, int gpu, std::uint32_t dep,
@@ -264,15 +287,17 @@ void GraphBuilder::build_moe_layer(StepGraph& g, const StepBatch& batch, const s
   end_moe_layer(g, s.compute, s);
 }
 
-// Dispatch of chunk c: one stream operation per source GPU. Hierarchical: one inter-node transfer
-// per destination node to the GPU of the same local index there (tokens deduplicated), then NVLink
-// forwarding inside the node.
+// Dispatch of chunk c: one stream operation per source GPU. Hierarchical: one inter-node batch per
+// destination node to the GPU of the same local index there (tokens deduplicated), then NVLink
+// forwarding inside the node, pipelined: the batch moves in `forward_pieces` pieces one after the
+// other, and each piece is forwarded as soon as it has arrived.
 void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& s) {
   MoeScratch& m = moe_;
   const LayerCounts& counts = m.counts;
   const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes;
   const double token_bytes = static_cast<double>(arch_.hidden_size) * dispatch_bytes_ / tp;
   const bool hier = input_.options.dispatch == DispatchMode::kHierarchical;
+  const int pieces = hier ? std::max(1, input_.options.forward_pieces) : 1;
   reset_lists(m.into, static_cast<std::size_t>(gpus()));
   for (int h = 0; h < ep; ++h) {
     for (int t = 0; t < tp; ++t) {
@@ -283,7 +308,7 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
       if (op_bytes <= 0.0) continue;
       const double scale = a2a_scale(src, op_bytes);
       auto [gate, op] = add_stream_op(g, src, m.attn_done[static_cast<std::size_t>(src)], Category::kDispatch, slot, s);
-      m.gateway_arrival.assign(static_cast<std::size_t>(nodes), 0);
+      m.gateway_arrival.assign(static_cast<std::size_t>(nodes * pieces), 0);
       m.has_gateway.assign(static_cast<std::size_t>(nodes), 0);
       for (int r = 0; r < ep; ++r) {
         const long n = counts.send(c, h, r);
@@ -299,24 +324,34 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
           continue;
         }
         const int gw = gateway(dn, src);
-        const auto node_slot = static_cast<std::size_t>(dn);
-        if (!m.has_gateway[node_slot]) {
-          m.has_gateway[node_slot] = 1;
+        const auto first_piece = static_cast<std::size_t>(dn * pieces);
+        const auto last_piece = first_piece + static_cast<std::size_t>(pieces - 1);
+        if (!m.has_gateway[static_cast<std::size_t>(dn)]) {
           const double b = static_cast<double>(counts.node_send(c, h, dn)) * token_bytes;
-          const auto x = add_transfer(g, src, gw, b, Category::kDispatch, op_bytes, slot, scale);
-          g.edge(gate, x);
-          g.edge(x, op);
-          m.gateway_arrival[node_slot] = x;
+          const int n_pieces = m.has_gateway[static_cast<std::size_t>(dn)] = static_cast<char>(pieces_for(src, gw, b, pieces));
+          std::uint32_t prev = gate;
+          for (int i = 0; i < pieces; ++i) {
+            // Fewer pieces than slots: the last ones stand for the whole (the same task again).
+            if (i < n_pieces)
+              prev = add_piece(g, src, gw, b / n_pieces, Category::kDispatch, op_bytes, slot, scale, prev, i == 0);
+            m.gateway_arrival[first_piece + static_cast<std::size_t>(i)] = prev;
+          }
+          g.edge(prev, op);
         }
-        const auto arrive = m.gateway_arrival[node_slot];
         if (dst == gw) {
-          m.into[static_cast<std::size_t>(dst)].push_back(arrive);
+          m.into[static_cast<std::size_t>(dst)].push_back(m.gateway_arrival[last_piece]);
           continue;
         }
-        const auto f = add_transfer(g, gw, dst, bytes, Category::kDispatch, op_bytes, slot, scale);
-        g.edge(arrive, f);
-        g.edge(f, op);
-        m.into[static_cast<std::size_t>(dst)].push_back(f);
+        const int n_pieces = m.has_gateway[static_cast<std::size_t>(dn)];
+        std::uint32_t prev = 0;
+        for (int i = 0; i < n_pieces; ++i) {
+          const auto arrived = m.gateway_arrival[first_piece + static_cast<std::size_t>(i)];
+          const auto f = add_piece(g, gw, dst, bytes / n_pieces, Category::kDispatch, op_bytes, slot, scale, arrived, i == 0);
+          if (i > 0) g.edge(prev, f);
+          prev = f;
+        }
+        g.edge(prev, op);
+        m.into[static_cast<std::size_t>(dst)].push_back(prev);
       }
     }
   }
@@ -367,14 +402,17 @@ void GraphBuilder::add_expert_compute(StepGraph& g, std::size_t c, int slot, Str
 
 // Combine of chunk c: the reverse transfers, one stream operation per expert GPU. Hierarchical:
 // results for a home GPU in another node go over NVLink to the gateway of this node (the GPU with
-// the home GPU's local index), which sends them, reduced per token, in one inter-node transfer.
+// the home GPU's local index), which sends them, reduced per token, in one inter-node batch;
+// pipelined in `forward_pieces` pieces: piece i leaves the gateway once piece i of every sender has
+// arrived there.
 void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s) {
   MoeScratch& m = moe_;
   const LayerCounts& counts = m.counts;
   const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes, n_gpus = gpus();
   const double token_bytes = static_cast<double>(arch_.hidden_size) * combine_bytes_ / tp;
   const bool hier = input_.options.dispatch == DispatchMode::kHierarchical;
-  reset_lists(m.at_gateway, static_cast<std::size_t>(n_gpus * nodes));
+  const int pieces = hier ? std::max(1, input_.options.forward_pieces) : 1;
+  reset_lists(m.at_gateway, static_cast<std::size_t>(n_gpus * nodes * pieces));
   m.via_gateway.assign(static_cast<std::size_t>(n_gpus * nodes), 0);
   for (int r = 0; r < ep; ++r) {
     for (int t = 0; t < tp; ++t) {
@@ -399,26 +437,38 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
           continue;
         }
         const auto key = static_cast<std::size_t>(home * nodes + sn);
-        m.via_gateway[key] = 1;
-        if (src == gateway(sn, home)) {
-          m.at_gateway[key].push_back(gate);
+        const auto first_piece = key * static_cast<std::size_t>(pieces);
+        const int gw = gateway(sn, home);
+        const int n_pieces = m.via_gateway[key] = static_cast<char>(pieces_for(
+            gw, home, static_cast<double>(counts.node_send(c, home / tp, sn)) * token_bytes, pieces));
+        if (src == gw) {
+          for (int i = 0; i < n_pieces; ++i) m.at_gateway[first_piece + static_cast<std::size_t>(i)].push_back(gate);
           continue;
         }
-        const auto x = add_transfer(g, src, gateway(sn, home), bytes, Category::kCombine, op_bytes, slot, scale);
-        g.edge(gate, x);
-        g.edge(x, op);
-        m.at_gateway[key].push_back(x);
+        std::uint32_t prev = gate;
+        for (int i = 0; i < n_pieces; ++i) {
+          prev = add_piece(g, src, gw, bytes / n_pieces, Category::kCombine, op_bytes, slot, scale, prev, i == 0);
+          m.at_gateway[first_piece + static_cast<std::size_t>(i)].push_back(prev);
+        }
+        g.edge(prev, op);
       }
     }
   }
   for (int home = 0; home < n_gpus; ++home)
     for (int sn = 0; sn < nodes; ++sn) {
       const auto key = static_cast<std::size_t>(home * nodes + sn);
-      if (!m.via_gateway[key]) continue;
+      const int n_pieces = m.via_gateway[key];
+      if (n_pieces == 0) continue;
       const double bytes = static_cast<double>(counts.node_send(c, home / tp, sn)) * token_bytes;
-      const auto x = add_transfer(g, gateway(sn, home), home, bytes, Category::kCombine, bytes, slot);
-      for (auto d : m.at_gateway[key]) g.edge(d, x);
-      m.arrivals[static_cast<std::size_t>(home)].push_back(x);
+      std::uint32_t prev = 0;
+      for (int i = 0; i < n_pieces; ++i) {
+        const auto& ready = m.at_gateway[key * static_cast<std::size_t>(pieces) + static_cast<std::size_t>(i)];
+        const auto x = add_piece(g, gateway(sn, home), home, bytes / n_pieces, Category::kCombine, bytes, slot, 1.0,
+                                 i == 0 ? ready.front() : prev, i == 0);
+        for (std::size_t d = i == 0 ? 1 : 0; d < ready.size(); ++d) g.edge(ready[d], x);
+        prev = x;
+      }
+      m.arrivals[static_cast<std::size_t>(home)].push_back(prev);
     }
 }
 

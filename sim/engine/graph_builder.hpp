@@ -106,6 +106,13 @@ class GraphBuilder {
   int gpu_of(int rank, int t) const { return rank * input_.tp + t; }
   int gpus() const { return input_.ep * input_.tp; }
   int gateway(int node, int gpu) const;  // the GPU of `gpu`'s local index in `node`
+  // A transfer that follows `after` (a piece of a pipelined batch); a piece after the first has its
+  // route latency taken off its wire amount (it is posted while the previous one moves).
+  std::uint32_t add_piece(StepGraph& g, int src, int dst, double bytes, Category cat, double op_bytes, int slot,
+                          double scale, std::uint32_t after, bool first);
+  // Pieces (1 .. most) to pipeline `bytes` from `from` to `to` in: as many as keep each piece's
+  // transfer time at the route's bandwidth no shorter than its latency.
+  int pieces_for(int from, int to, double bytes, int most) const;
   const std::uint16_t* layer_major(const StepBatch& batch, std::size_t layers);
 
   const EngineInput& input_;

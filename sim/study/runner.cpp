@@ -31,6 +31,7 @@ EngineOptions engine_options(const Scenario& s, const TimelinePlan& plan) {
   o.contention = plan.contention;
   o.dispatch = s.dispatch;
   o.dispatch_sms = s.dispatch_sms;
+  o.forward_pieces = s.dispatch_pieces;
   o.power_cap = s.power_cap;
   o.clock_limit = s.clock_limit;
   o.steps = s.workload.steps;

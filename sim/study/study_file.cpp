@@ -63,6 +63,7 @@ const std::vector<std::string>& scenario_leaves() {
                                                "overlap.timelines",
                                                "dispatch.mode",
                                                "dispatch.sms",
+                                               "dispatch.pieces",
                                                "power_cap",
                                                "clock_limit",
                                                "seed",
@@ -322,7 +323,7 @@ Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& 
   }
   if (auto d = node.find("dispatch")) {
     d->expect_map();
-    d->allow_keys({"mode", "sms"});
+    d->allow_keys({"mode", "sms", "pieces"});
     if (auto n = d->find("mode")) s.dispatch = n->as_enum<DispatchMode>(kDispatchModes);
     if (auto n = d->find("sms")) {
       if (n->is_scalar() && n->as_string() == "default")
@@ -330,6 +331,7 @@ Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& 
       else
         s.dispatch_sms = as_int(*n, 0, 4096);
     }
+    if (auto n = d->find("pieces")) s.dispatch_pieces = as_int(*n, 1, 64);
   }
   if (auto n = node.find("power_cap")) {
     const std::string text = n->is_scalar() ? n->raw().Scalar() : std::string();
@@ -655,7 +657,8 @@ std::string scenario_to_yaml(const Scenario& s) {
   y << "overlap: {policy: " << overlap_policy_name(s.overlap.policy) << ", chunks: " << s.overlap.chunks
     << ", timelines: " << timelines_name(s.overlap.timelines) << "}\n";
   y << "dispatch: {mode: " << dispatch_mode_name(s.dispatch)
-    << ", sms: " << (s.dispatch_sms < 0 ? std::string("default") : std::to_string(s.dispatch_sms)) << "}\n";
+    << ", sms: " << (s.dispatch_sms < 0 ? std::string("default") : std::to_string(s.dispatch_sms))
+    << ", pieces: " << s.dispatch_pieces << "}\n";
   y << "power_cap: " << (s.power_cap > 0 ? exact(s.power_cap) + "W" : "none") << "\n";
   y << "clock_limit: " << (s.clock_limit > 0 ? exact(s.clock_limit) + "Hz" : "none") << "\n";
   y << "seed: " << s.seed << "\nsimgrid: [";

@@ -59,7 +59,8 @@ struct Scenario {
   PlacementChoice placement;
   OverlapChoice overlap;
   DispatchMode dispatch = DispatchMode::kFlat;
-  int dispatch_sms = -1;     // SMs the dispatch/combine kernels hold; -1 = the profile's, 0 = none (RDMA, copy engine)
+  int dispatch_sms = -1;
+  int dispatch_pieces = 4;   // hierarchical: pieces of each inter-node batch, forwarded as they arrive     // SMs the dispatch/combine kernels hold; -1 = the profile's, 0 = none (RDMA, copy engine)
   double power_cap = 0.0;    // W, 0 = none
   double clock_limit = 0.0;  // Hz, SM clock limit, 0 = none
   std::uint64_t seed = 1;

@@ -231,6 +231,36 @@ TEST_CASE("sim: hierarchical dispatch sends a token once per destination node") 
   CHECK(inter_node(flat) == doctest::Approx(2 * 4 * 2 * 2 * token));
   CHECK(inter_node(hier) == doctest::Approx(2 * 4 * 1 * 2 * token));
   CHECK(hier.step_latency.size() == 2);
+
+  // Pipelined forwarding: the same bytes in pieces, the NVLink hop of a piece under the inter-node
+  // transfer of the next, so the step is shorter than with whole batches; more pieces, shorter still.
+  auto total = [](const sim::SimResult& r) {
+    double b = 0;
+    for (const auto& row : r.traffic)
+      for (double x : row) b += x;
+    return b;
+  };
+  // Slow links (a NIC hop as slow as the NVLink hop it feeds), so that bandwidth, not latency, rules
+  // and pieces pay: each piece still takes longer to move than a route's latency.
+  c.cluster.nics.bandwidth = 0.2e9;
+  c.cluster.intra_node.bandwidth = 0.2e9;
+  c.options.forward_pieces = 1;
+  const auto whole = run(c);
+  c.options.forward_pieces = 4;
+  const auto four = run(c);
+  c.options.forward_pieces = 16;
+  const auto sixteen = run(c);
+  CHECK(total(four) == doctest::Approx(total(whole)).epsilon(1e-12));
+  CHECK(total(sixteen) == doctest::Approx(total(whole)).epsilon(1e-12));
+  CHECK(four.step_latency[1] < whole.step_latency[1]);
+  CHECK(sixteen.step_latency[1] < four.step_latency[1]);
+  // On fast links the same batches are too small to split (a piece would move faster than the
+  // route's latency): pieces change nothing.
+  c.cluster.nics.bandwidth = c.cluster.intra_node.bandwidth = 450e9;
+  c.options.forward_pieces = 1;
+  const auto fast_whole = run(c);
+  c.options.forward_pieces = 16;
+  CHECK(run(c).step_latency[1] == fast_whole.step_latency[1]);
 }
 
 TEST_CASE("sim: dense training: ideal <= overlapped <= sequential, and sequential hides nothing") {

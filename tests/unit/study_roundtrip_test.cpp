@@ -72,6 +72,7 @@ TEST_CASE("round trip: a scenario with every key away from its default") {
   s.overlap.timelines = sim::Timelines::kRequested;
   s.dispatch = sim::DispatchMode::kHierarchical;
   s.dispatch_sms = 0;
+  s.dispatch_pieces = 3;
   s.power_cap = 433.3;
   s.clock_limit = 1.41e9;
   s.seed = 42;

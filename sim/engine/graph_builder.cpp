@@ -91,6 +91,10 @@ GraphBuilder::GraphBuilder(const EngineInput& input, const LayerTable& layers, c
   if (input.placement) router_ = std::make_unique<LayerRouter>(*input.placement, rank_node_, arch_.num_experts, arch_.top_k);
 }
 
+namespace {
+constexpr std::uint32_t kNoTask = std::numeric_limits<std::uint32_t>::max();
+}  // namespace
+
 int GraphBuilder::pieces_for(int from, int to, double bytes, int most) const {
   if (most <= 1) return 1;
   const RouteFigures f = fabric_.figures(from, to);
@@ -414,6 +418,7 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
   const int pieces = hier ? std::max(1, input_.options.forward_pieces) : 1;
   reset_lists(m.at_gateway, static_cast<std::size_t>(n_gpus * nodes * pieces));
   m.via_gateway.assign(static_cast<std::size_t>(n_gpus * nodes), 0);
+  m.combine_op.assign(static_cast<std::size_t>(n_gpus), kNoTask);
   for (int r = 0; r < ep; ++r) {
     for (int t = 0; t < tp; ++t) {
       const int src = gpu_of(r, t);
@@ -423,6 +428,7 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
       if (op_bytes <= 0.0) continue;
       const double scale = a2a_scale(src, op_bytes);
       auto [gate, op] = add_stream_op(g, src, m.compute_done[static_cast<std::size_t>(src)], Category::kCombine, slot, s);
+      m.combine_op[static_cast<std::size_t>(src)] = op;
       const int sn = rank_node_[static_cast<std::size_t>(r)];
       for (int h = 0; h < ep; ++h) {
         const long n = counts.send(c, h, r);
@@ -468,6 +474,9 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
         for (std::size_t d = i == 0 ? 1 : 0; d < ready.size(); ++d) g.edge(ready[d], x);
         prev = x;
       }
+      // The gateway's combine operation ends once it has sent what it gathered (DeepEP's combine
+      // kernel forwards), when the gateway has one.
+      if (const auto op = m.combine_op[static_cast<std::size_t>(gateway(sn, home))]; op != kNoTask) g.edge(prev, op);
       m.arrivals[static_cast<std::size_t>(home)].push_back(prev);
     }
 }

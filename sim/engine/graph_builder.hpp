@@ -148,7 +148,7 @@ class GraphBuilder {
   // while the arrays grow.
   struct MoeScratch {
     LayerCounts counts;
-    std::vector<std::uint32_t> attn_done, shared_done, compute_done, inputs_ready, gateway_arrival;
+    std::vector<std::uint32_t> attn_done, shared_done, compute_done, inputs_ready, gateway_arrival, combine_op;
     std::vector<char> has_gateway, via_gateway;
     std::vector<long> per_expert;
     std::vector<std::vector<std::uint32_t>> arrivals, into, at_gateway;

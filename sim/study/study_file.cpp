@@ -200,24 +200,9 @@ std::vector<std::string> parse_simgrid(const YamlNode& node) {
   return out;
 }
 
-Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& loaded) {
-  node.expect_map();
-  node.allow_keys({"architecture", "cluster", "profile", "trace", "parallelism", "workload", "placement", "overlap",
-                   "dispatch", "power_cap", "clock_limit", "seed", "simgrid"});
-  Scenario s;
-
-  const YamlNode arch_node = node.at("architecture");
-  s.architecture = config_ref(arch_node, "architectures", dir);
-  const models::Architecture& arch = load_once(loaded.architectures, s.architecture, arch_node,
-                                               [](const std::string& r) { return models::load_architecture(r); });
-  const YamlNode cluster_node = node.at("cluster");
-  s.cluster = config_ref(cluster_node, "clusters", dir);
-  const models::Cluster& cluster =
-      load_once(loaded.clusters, s.cluster, cluster_node, [](const std::string& r) { return models::load_cluster(r); });
-  if (auto profile = node.find("profile")) s.profile = config_ref(*profile, "profiles", dir);
-
-  // Parallelism: a TP group stays inside a node; tp x ep GPUs form one EP group, and the cluster's GPUs
-  // must be a whole number of such groups (the rest are data-parallel copies of it).
+// Parallelism: a TP group stays inside a node; tp x ep GPUs form one EP group, and the cluster's GPUs
+// must be a whole number of such groups (the rest are data-parallel copies of it).
+void parse_parallelism(const YamlNode& node, const models::Cluster& cluster, Scenario& s) {
   std::optional<YamlNode> par = node.find("parallelism");
   if (par) {
     par->expect_map();
@@ -239,11 +224,13 @@ Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& 
               std::to_string(group) + " GPUs) to divide the " + std::to_string(cluster.total_gpus()) +
               " GPUs of cluster " + cluster.name + " (at most ep " + std::to_string(cluster.total_gpus() / s.tp) +
               " with tp " + std::to_string(s.tp) + ")");
+}
 
-  s.workload = parse_workload(node.at("workload"));
+// The routing trace: required for MoE prefill, decode and training, refused for dense models and
+// synthetic workloads, and of the architecture's shape. Returns whether there is one.
+bool parse_trace(const YamlNode& node, const models::Architecture& arch, const fs::path& dir, Loaded& loaded,
+                 Scenario& s) {
   const bool synthetic = s.workload.mode == WorkloadMode::kSynthetic;
-  const std::string mode = workload_mode_name(s.workload.mode);
-
   std::optional<YamlNode> trace_node = node.find("trace");
   const bool has_trace = trace_node && !(trace_node->is_scalar() && trace_node->as_string() == "none");
   if (has_trace) {
@@ -262,95 +249,120 @@ Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& 
       trace_node->fail(mismatch);
   } else if (arch.is_moe() && !synthetic) {
     (trace_node ? *trace_node : node)
-        .fail("expected a trace (the routing to replay) for workload.mode " + mode + " of " + arch.name +
-              ", an MoE model, got none");
+        .fail("expected a trace (the routing to replay) for workload.mode " + workload_mode_name(s.workload.mode) +
+              " of " + arch.name + ", an MoE model, got none");
   }
+  return has_trace;
+}
 
+void parse_placement(const YamlNode& pl, const models::Architecture& arch, bool has_trace, const fs::path& dir,
+                     Loaded& loaded, Scenario& s) {
+  pl.expect_map();
+  pl.allow_keys({"policy", "file", "replicas", "groups"});
+  if (auto policy = pl.find("policy")) {
+    const std::vector<std::string> names = loaded.registry.names();
+    s.placement.policy = policy->as_enum(names);
+    const bool synthetic = s.workload.mode == WorkloadMode::kSynthetic;
+    if (arch.is_moe() && !synthetic && !has_trace && loaded.registry.create(s.placement.policy)->needs_routing())
+      policy->fail("placement policy " + s.placement.policy + " is solved on routing statistics: give a trace");
+  }
+  std::optional<YamlNode> file = pl.find("file");
+  if (file && file->is_scalar() && file->as_string() == "none") file.reset();
+  if (file) {
+    if (!arch.is_moe())
+      file->fail("expected no placement file for " + arch.name + ", a dense model (it has no experts), got one");
+    const fs::path path = existing_file(*file, dir);
+    s.placement.file = path.string();
+    const Placement& p =
+        load_once(loaded.placements, s.placement.file, *file, [](const std::string& f) { return load_placement(f); });
+    try {
+      validate_placement(p, arch, s.placement.file);
+    } catch (const InputError& e) {
+      file->fail(std::string("the placement does not fit this scenario's architecture: ") + e.what());
+    }
+    if (p.ep != s.ep || p.tp != s.tp)
+      file->fail("expected a placement for ep " + std::to_string(s.ep) + ", tp " + std::to_string(s.tp) +
+                 " (this scenario's parallelism), got one for ep " + std::to_string(p.ep) + ", tp " +
+                 std::to_string(p.tp));
+  }
+  if (auto n = pl.find("replicas")) s.placement.replicas = as_int(*n, 0, 1 << 16);
+  if (auto n = pl.find("groups")) {
+    s.placement.groups = as_int(*n, 0, std::max(arch.num_experts, 1));
+    if (s.placement.groups > 0 && arch.num_experts % s.placement.groups != 0)
+      n->fail_expected("0 or a divisor of num_experts (" + std::to_string(arch.num_experts) + ")");
+  }
+}
+
+void parse_overlap(const YamlNode& ov, Scenario& s) {
+  ov.expect_map();
+  ov.allow_keys({"policy", "chunks", "timelines"});
+  if (auto n = ov.find("policy")) {
+    s.overlap.policy = n->as_enum<OverlapPolicy>(kOverlapPolicies);
+    const bool inference = s.workload.mode == WorkloadMode::kPrefill || s.workload.mode == WorkloadMode::kDecode;
+    if (!inference && (s.overlap.policy == OverlapPolicy::kTbo || s.overlap.policy == OverlapPolicy::kAuto))
+      n->fail("expected sequential, overlapped or ideal for workload.mode " + workload_mode_name(s.workload.mode) +
+              " (" + overlap_policy_name(s.overlap.policy) + " schedules the MoE layers of prefill and decode), got " +
+              overlap_policy_name(s.overlap.policy));
+  }
+  if (auto n = ov.find("chunks")) s.overlap.chunks = as_int(*n, 1, 64);
+  if (auto n = ov.find("timelines")) s.overlap.timelines = n->as_enum<Timelines>(kTimelines);
+}
+
+void parse_dispatch(const YamlNode& d, Scenario& s) {
+  d.expect_map();
+  d.allow_keys({"mode", "sms", "pieces"});
+  if (auto n = d.find("mode")) s.dispatch = n->as_enum<DispatchMode>(kDispatchModes);
+  if (auto n = d.find("sms")) {
+    if (n->is_scalar() && n->as_string() == "default")
+      s.dispatch_sms = -1;
+    else
+      s.dispatch_sms = as_int(*n, 0, 4096);
+  }
+  if (auto n = d.find("pieces")) s.dispatch_pieces = as_int(*n, 1, 64);
+}
+
+// A power cap or an SM clock limit: a value with its unit between `low` and `high`, or none (0).
+double parse_limit(const YamlNode& n, common::UnitKind kind, double low, double high, const std::string& expected) {
+  const std::string text = n.is_scalar() ? n.raw().Scalar() : std::string();
+  if (text == "none") return 0.0;
+  const auto value = n.is_scalar() ? common::parse_unit(text, kind) : std::nullopt;
+  if (!value || *value < low || *value > high) n.fail_expected(expected);
+  return *value;
+}
+
+Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& loaded) {
+  node.expect_map();
+  node.allow_keys({"architecture", "cluster", "profile", "trace", "parallelism", "workload", "placement", "overlap",
+                   "dispatch", "power_cap", "clock_limit", "seed", "simgrid"});
+  Scenario s;
+
+  const YamlNode arch_node = node.at("architecture");
+  s.architecture = config_ref(arch_node, "architectures", dir);
+  const models::Architecture& arch = load_once(loaded.architectures, s.architecture, arch_node,
+                                               [](const std::string& r) { return models::load_architecture(r); });
+  const YamlNode cluster_node = node.at("cluster");
+  s.cluster = config_ref(cluster_node, "clusters", dir);
+  const models::Cluster& cluster =
+      load_once(loaded.clusters, s.cluster, cluster_node, [](const std::string& r) { return models::load_cluster(r); });
+  if (auto profile = node.find("profile")) s.profile = config_ref(*profile, "profiles", dir);
+
+  parse_parallelism(node, cluster, s);
+  s.workload = parse_workload(node.at("workload"));
+  const bool has_trace = parse_trace(node, arch, dir, loaded, s);
   if (!arch.is_moe() && (s.workload.mode == WorkloadMode::kPrefill || s.workload.mode == WorkloadMode::kDecode))
     node.at("workload").at("mode").fail("expected training or synthetic for " + arch.name +
-                                        ", a dense model (prefill and decode replay an MoE routing trace), got " + mode);
+                                        ", a dense model (prefill and decode replay an MoE routing trace), got " +
+                                        workload_mode_name(s.workload.mode));
 
-  if (auto pl = node.find("placement")) {
-    pl->expect_map();
-    pl->allow_keys({"policy", "file", "replicas", "groups"});
-    if (auto policy = pl->find("policy")) {
-      const std::vector<std::string> names = loaded.registry.names();
-      s.placement.policy = policy->as_enum(names);
-      if (arch.is_moe() && !synthetic && !has_trace && loaded.registry.create(s.placement.policy)->needs_routing())
-        policy->fail("placement policy " + s.placement.policy + " is solved on routing statistics: give a trace");
-    }
-    std::optional<YamlNode> file = pl->find("file");
-    if (file && file->is_scalar() && file->as_string() == "none") file.reset();
-    if (file) {
-      if (!arch.is_moe())
-        file->fail("expected no placement file for " + arch.name + ", a dense model (it has no experts), got one");
-      const fs::path path = existing_file(*file, dir);
-      s.placement.file = path.string();
-      const Placement& p =
-          load_once(loaded.placements, s.placement.file, *file, [](const std::string& f) { return load_placement(f); });
-      try {
-        validate_placement(p, arch, s.placement.file);
-      } catch (const InputError& e) {
-        file->fail(std::string("the placement does not fit this scenario's architecture: ") + e.what());
-      }
-      if (p.ep != s.ep || p.tp != s.tp)
-        file->fail("expected a placement for ep " + std::to_string(s.ep) + ", tp " + std::to_string(s.tp) +
-                   " (this scenario's parallelism), got one for ep " + std::to_string(p.ep) + ", tp " +
-                   std::to_string(p.tp));
-    }
-    if (auto n = pl->find("replicas")) s.placement.replicas = as_int(*n, 0, 1 << 16);
-    if (auto n = pl->find("groups")) {
-      s.placement.groups = as_int(*n, 0, std::max(arch.num_experts, 1));
-      if (s.placement.groups > 0 && arch.num_experts % s.placement.groups != 0)
-        n->fail_expected("0 or a divisor of num_experts (" + std::to_string(arch.num_experts) + ")");
-    }
-  }
-
-  if (auto ov = node.find("overlap")) {
-    ov->expect_map();
-    ov->allow_keys({"policy", "chunks", "timelines"});
-    if (auto n = ov->find("policy")) {
-      s.overlap.policy = n->as_enum<OverlapPolicy>(kOverlapPolicies);
-      const bool inference = s.workload.mode == WorkloadMode::kPrefill || s.workload.mode == WorkloadMode::kDecode;
-      if (!inference && (s.overlap.policy == OverlapPolicy::kTbo || s.overlap.policy == OverlapPolicy::kAuto))
-        n->fail("expected sequential, overlapped or ideal for workload.mode " + mode + " (" +
-                overlap_policy_name(s.overlap.policy) + " schedules the MoE layers of prefill and decode), got " +
-                overlap_policy_name(s.overlap.policy));
-    }
-    if (auto n = ov->find("chunks")) s.overlap.chunks = as_int(*n, 1, 64);
-    if (auto n = ov->find("timelines"))
-      s.overlap.timelines = n->as_enum<Timelines>(kTimelines);
-  }
-  if (auto d = node.find("dispatch")) {
-    d->expect_map();
-    d->allow_keys({"mode", "sms", "pieces"});
-    if (auto n = d->find("mode")) s.dispatch = n->as_enum<DispatchMode>(kDispatchModes);
-    if (auto n = d->find("sms")) {
-      if (n->is_scalar() && n->as_string() == "default")
-        s.dispatch_sms = -1;
-      else
-        s.dispatch_sms = as_int(*n, 0, 4096);
-    }
-    if (auto n = d->find("pieces")) s.dispatch_pieces = as_int(*n, 1, 64);
-  }
-  if (auto n = node.find("power_cap")) {
-    const std::string text = n->is_scalar() ? n->raw().Scalar() : std::string();
-    if (text != "none") {
-      const auto watts = n->is_scalar() ? common::parse_unit(text, common::UnitKind::kPower) : std::nullopt;
-      if (!watts || *watts < 1.0 || *watts > 1e5)
-        n->fail_expected("a power between 1 W and 100 kW with a unit (e.g. \"450W\"), or none");
-      s.power_cap = *watts;
-    }
-  }
-  if (auto n = node.find("clock_limit")) {
-    const std::string text = n->is_scalar() ? n->raw().Scalar() : std::string();
-    if (text != "none") {
-      const auto hz = n->is_scalar() ? common::parse_unit(text, common::UnitKind::kFrequency) : std::nullopt;
-      if (!hz || *hz < 1e6 || *hz > 1e10)
-        n->fail_expected("an SM clock between 1 MHz and 10 GHz with a unit (e.g. \"1410MHz\"), or none");
-      s.clock_limit = *hz;
-    }
-  }
+  if (auto pl = node.find("placement")) parse_placement(*pl, arch, has_trace, dir, loaded, s);
+  if (auto ov = node.find("overlap")) parse_overlap(*ov, s);
+  if (auto d = node.find("dispatch")) parse_dispatch(*d, s);
+  if (auto n = node.find("power_cap"))
+    s.power_cap = parse_limit(*n, common::UnitKind::kPower, 1.0, 1e5,
+                              "a power between 1 W and 100 kW with a unit (e.g. \"450W\"), or none");
+  if (auto n = node.find("clock_limit"))
+    s.clock_limit = parse_limit(*n, common::UnitKind::kFrequency, 1e6, 1e10,
+                                "an SM clock between 1 MHz and 10 GHz with a unit (e.g. \"1410MHz\"), or none");
   if (auto n = node.find("seed")) s.seed = static_cast<std::uint64_t>(n->as_int(0));
   if (auto n = node.find("simgrid")) s.simgrid_cfg = parse_simgrid(*n);
   return s;

@@ -469,17 +469,10 @@ StudyOutcome run_study(const Study& study, const StudyRunOptions& options, Study
   return outcome;
 }
 
-StudyOutcome merge_studies(const std::vector<std::string>& dirs, const std::string& out_dir, bool force) {
-  if (dirs.empty())
-    throw common::UsageError("moesim study merge needs the shard folders to merge: DIR1 DIR2 ... -o OUT");
-  std::vector<FolderState> states;
-  const fs::path out(out_dir);
-  std::error_code ec;
-  for (const auto& d : dirs) {
-    if (fs::exists(out, ec) && fs::exists(d, ec) && fs::equivalent(d, out, ec))
-      throw common::UsageError("-o " + out_dir + " is one of the folders to merge; choose another output folder");
-    states.push_back(read_state(d));
-  }
+namespace {
+
+// Every folder must hold the same study (file, --set overrides, variants).
+void check_one_study(const std::vector<FolderState>& states) {
   const FolderState& first = states.front();
   for (const FolderState& s : states) {
     if (s.identity() != first.identity() || s.json["variants"] != first.json["variants"])
@@ -491,13 +484,19 @@ StudyOutcome merge_studies(const std::vector<std::string>& dirs, const std::stri
           std::to_string(first.json["variants"].size()) +
           " variants); merge only shards of one study, run with the same study file and --set options");
   }
-  const std::string identity = first.identity();
-  const nlohmann::json& variants = first.json["variants"];
+}
 
-  // Per variant: the first folder holding it complete; every other copy must agree.
+// The finished variants, each from the first folder holding it complete (every other copy must
+// agree), the folder it comes from, and the indices of the variants no folder holds.
+struct Collected {
   std::vector<DoneVariant> done;
   std::vector<fs::path> source;
   std::vector<std::size_t> missing;
+};
+Collected collect_variants(const std::vector<FolderState>& states) {
+  const std::string identity = states.front().identity();
+  const nlohmann::json& variants = states.front().json["variants"];
+  Collected c;
   for (std::size_t i = 0; i < variants.size(); ++i) {
     const std::string name = variants[i]["name"].get<std::string>();
     std::optional<DoneVariant> chosen;
@@ -516,51 +515,60 @@ StudyOutcome merge_studies(const std::vector<std::string>& dirs, const std::stri
       }
     }
     if (chosen) {
-      done.push_back(std::move(*chosen));
-      source.push_back(from);
+      c.done.push_back(std::move(*chosen));
+      c.source.push_back(from);
     } else {
-      missing.push_back(i);
+      c.missing.push_back(i);
     }
   }
-  if (!missing.empty()) {
-    // The command that makes each missing variant: the given shard folder that should hold it
-    // (resumed), else a new shard folder of the folders' shard count.
-    std::vector<std::string> names;
-    std::map<std::string, std::vector<std::string>> commands;
-    int count = 1;
-    for (const FolderState& s : states)
-      if (!s.json["shard"].is_null()) count = std::max(count, s.json["shard"]["count"].get<int>());
-    std::string base = "moesim study " + shell_quote(first.json["source_file"].get<std::string>());
-    for (const auto& o : first.json["overrides"]) base += " --set " + shell_quote(o.get<std::string>());
-    for (std::size_t i : missing) {
-      names.push_back(variants[i]["name"].get<std::string>());
-      std::string cmd;
-      for (const FolderState& s : states) {
-        const auto& sh = s.json["shard"];
-        const int n = sh.is_null() ? 1 : sh["count"].get<int>();
-        const int k = sh.is_null() ? 1 : sh["index"].get<int>();
-        if (static_cast<int>(i % static_cast<std::size_t>(n)) == k - 1) {
-          cmd = base + " -o " + shell_quote(s.dir.string()) +
-                (sh.is_null() ? "" : " --shard " + std::to_string(k) + "/" + std::to_string(n)) + " --resume";
-          break;
-        }
-      }
-      if (cmd.empty()) {
-        const int k = static_cast<int>(i % static_cast<std::size_t>(count)) + 1;
-        cmd = base + " -o DIR" + std::to_string(k) + " --shard " + std::to_string(k) + "/" + std::to_string(count) +
-              " (then merge DIR" + std::to_string(k) + " too)";
-      }
-      commands[cmd].push_back(names.back());
-    }
-    std::string how;
-    for (const auto& [cmd, which] : commands) how += "; for " + common::join(which, ", ") + ": " + cmd;
-    throw common::InputError("the folders hold " + std::to_string(done.size()) + " of the " +
-                             std::to_string(variants.size()) + " variants of study " +
-                             first.json["study"].get<std::string>() + "; missing: " + common::join(names, ", ") + how);
-  }
+  return c;
+}
 
-  // Placements: the same name is the same input, so its files must be the same, byte for byte.
-  std::map<std::string, std::pair<std::string, fs::path>> placements;  // file name -> (content, from)
+// Throws the error for missing variants, with the command that makes each: the given shard folder
+// that should hold it (resumed), else a new shard folder of the folders' shard count.
+[[noreturn]] void throw_missing(const std::vector<FolderState>& states, const std::vector<std::size_t>& missing,
+                                std::size_t done) {
+  const FolderState& first = states.front();
+  const nlohmann::json& variants = first.json["variants"];
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<std::string>> commands;
+  int count = 1;
+  for (const FolderState& s : states)
+    if (!s.json["shard"].is_null()) count = std::max(count, s.json["shard"]["count"].get<int>());
+  std::string base = "moesim study " + shell_quote(first.json["source_file"].get<std::string>());
+  for (const auto& o : first.json["overrides"]) base += " --set " + shell_quote(o.get<std::string>());
+  for (std::size_t i : missing) {
+    names.push_back(variants[i]["name"].get<std::string>());
+    std::string cmd;
+    for (const FolderState& s : states) {
+      const auto& sh = s.json["shard"];
+      const int n = sh.is_null() ? 1 : sh["count"].get<int>();
+      const int k = sh.is_null() ? 1 : sh["index"].get<int>();
+      if (static_cast<int>(i % static_cast<std::size_t>(n)) == k - 1) {
+        cmd = base + " -o " + shell_quote(s.dir.string()) +
+              (sh.is_null() ? "" : " --shard " + std::to_string(k) + "/" + std::to_string(n)) + " --resume";
+        break;
+      }
+    }
+    if (cmd.empty()) {
+      const int k = static_cast<int>(i % static_cast<std::size_t>(count)) + 1;
+      cmd = base + " -o DIR" + std::to_string(k) + " --shard " + std::to_string(k) + "/" + std::to_string(count) +
+            " (then merge DIR" + std::to_string(k) + " too)";
+    }
+    commands[cmd].push_back(names.back());
+  }
+  std::string how;
+  for (const auto& [cmd, which] : commands) how += "; for " + common::join(which, ", ") + ": " + cmd;
+  throw common::InputError("the folders hold " + std::to_string(done) + " of the " + std::to_string(variants.size()) +
+                           " variants of study " + first.json["study"].get<std::string>() +
+                           "; missing: " + common::join(names, ", ") + how);
+}
+
+// Placements: the same name is the same input, so its files must be the same, byte for byte.
+// File name -> (content, the file it was read from).
+std::map<std::string, std::pair<std::string, fs::path>> collect_placements(const std::vector<FolderState>& states) {
+  std::map<std::string, std::pair<std::string, fs::path>> placements;
+  std::error_code ec;
   for (const FolderState& s : states) {
     const fs::path pdir = s.dir / "placements";
     if (!fs::is_directory(pdir, ec)) continue;
@@ -581,6 +589,30 @@ StudyOutcome merge_studies(const std::vector<std::string>& dirs, const std::stri
                                  ": one placement input must give one placement; delete both and rerun their shards");
     }
   }
+  return placements;
+}
+
+}  // namespace
+
+StudyOutcome merge_studies(const std::vector<std::string>& dirs, const std::string& out_dir, bool force) {
+  if (dirs.empty())
+    throw common::UsageError("moesim study merge needs the shard folders to merge: DIR1 DIR2 ... -o OUT");
+  std::vector<FolderState> states;
+  const fs::path out(out_dir);
+  std::error_code ec;
+  for (const auto& d : dirs) {
+    if (fs::exists(out, ec) && fs::exists(d, ec) && fs::equivalent(d, out, ec))
+      throw common::UsageError("-o " + out_dir + " is one of the folders to merge; choose another output folder");
+    states.push_back(read_state(d));
+  }
+  check_one_study(states);
+  const FolderState& first = states.front();
+  const nlohmann::json& variants = first.json["variants"];
+  Collected collected = collect_variants(states);
+  if (!collected.missing.empty()) throw_missing(states, collected.missing, collected.done.size());
+  const std::vector<DoneVariant>& done = collected.done;
+  const std::vector<fs::path>& source = collected.source;
+  const auto placements = collect_placements(states);
 
   if (fs::exists(out, ec)) {
     if (!fs::is_directory(out, ec))

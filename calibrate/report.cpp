@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <string>
 
+#include "calibrate/stats.hpp"
+#include "models/costs.hpp"
+
 namespace moesim::calibrate {
 
 namespace {
@@ -60,7 +63,7 @@ void print_collective_header(std::ostream& out) {
 
 void print_collective_row(std::ostream& out, const CollectiveRecord& r) {
   const models::CollectiveOp op = r.traffic.op.value();
-  const long count = collective_count(op, r.traffic.ranks, r.traffic.bytes, 4);
+  const long count = models::nccl_tests_count(op, r.traffic.ranks, r.traffic.bytes, 4);
   const char* redop =
       op == models::CollectiveOp::kAllReduce || op == models::CollectiveOp::kReduceScatter ? "sum" : "none";
   out << fmt("  %-14s %5d %12.0f %12ld %8s %8s %10.2f %8.2f %8.2f %6ld %s\n", models::collective_op_name(op).c_str(),

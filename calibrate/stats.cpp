@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/costs.hpp"
+
 namespace moesim::calibrate {
 
 double percentile(std::vector<double> s, double q) {
@@ -39,35 +41,10 @@ Summary summarize(const std::vector<double>& s) {
   return r;
 }
 
-double bus_factor(models::CollectiveOp op, int n) {
-  if (n < 1) throw std::invalid_argument("rank count must be positive");
-  const double ranks = n;
-  switch (op) {
-    case models::CollectiveOp::kAllReduce:
-      return 2.0 * (ranks - 1.0) / ranks;
-    case models::CollectiveOp::kAllGather:
-    case models::CollectiveOp::kReduceScatter:
-    case models::CollectiveOp::kAllToAll:
-      return (ranks - 1.0) / ranks;
-    case models::CollectiveOp::kSendRecv:
-      return 1.0;
-  }
-  // Only a value cast from outside the enum gets here.
-  throw std::invalid_argument("unknown collective " + std::to_string(static_cast<int>(op)));
-}
-
 double algbw(double bytes, double seconds) { return seconds > 0.0 ? bytes / seconds : 0.0; }
 
 double busbw(models::CollectiveOp op, int ranks, double bytes, double seconds) {
-  return algbw(bytes, seconds) * bus_factor(op, ranks);
-}
-
-long collective_count(models::CollectiveOp op, int ranks, double bytes, int type_size) {
-  const long elements = static_cast<long>(bytes) / type_size;
-  if (op == models::CollectiveOp::kAllGather || op == models::CollectiveOp::kReduceScatter) return elements / ranks;
-  if (op == models::CollectiveOp::kAllToAll) return (elements / ranks) * ranks;
-  bus_factor(op, ranks);  // rejects a rank count below 1
-  return elements;
+  return algbw(bytes, seconds) * models::busbw_factor(op, ranks);
 }
 
 double interval_overlap(double a0, double a1, double b0, double b1) {

@@ -281,6 +281,14 @@ double busbw_factor(CollectiveOp op, int ranks) {
   throw std::invalid_argument("unknown collective " + std::to_string(static_cast<int>(op)));
 }
 
+long nccl_tests_count(CollectiveOp op, int ranks, double bytes, int type_size) {
+  busbw_factor(op, ranks);  // rejects a rank count below 1
+  const long elements = static_cast<long>(bytes) / type_size;
+  if (op == CollectiveOp::kAllGather || op == CollectiveOp::kReduceScatter) return elements / ranks;
+  if (op == CollectiveOp::kAllToAll) return (elements / ranks) * ranks;
+  return elements;
+}
+
 double collective_time(const Profile& profile, CollectiveOp op, int ranks, double bytes, double link_bandwidth,
                        double link_latency) {
   const double factor = busbw_factor(op, std::max(ranks, 1));
@@ -413,47 +421,42 @@ Slowdown contention(const Profile& profile, CollectiveOp comm_op, double comm_by
   return contention(profile, ContentionQuery{comm_op, comm_bytes, gemm_flops_count, ComputeClass::kComputeBound, -1});
 }
 
+namespace {
+// The watts `by_dtype` gives `dtype`, else the highest it gives (at least idle).
+double dtype_watts(const PowerModel& p, const std::map<Dtype, double>& by_dtype, Dtype dtype) {
+  if (auto it = by_dtype.find(dtype); it != by_dtype.end()) return it->second;
+  double highest = p.idle;
+  for (const auto& [d, w] : by_dtype) highest = std::max(highest, w);
+  return highest;
+}
+}  // namespace
+
 double state_power(const Profile& profile, GpuState state, Dtype dtype, double power_cap) {
   const PowerModel& p = profile.power;
-  auto by_dtype = [&](const std::map<Dtype, double>& m) {
-    if (auto it = m.find(dtype); it != m.end()) return it->second;
-    double highest = p.idle;
-    for (const auto& [d, w] : m) highest = std::max(highest, w);
-    return highest;
-  };
   double w = p.idle;
   switch (state) {
     case GpuState::kIdle:
       w = p.idle;
       break;
     case GpuState::kCompute:
-      w = by_dtype(p.compute);
+      w = dtype_watts(p, p.compute, dtype);
       break;
     case GpuState::kComm:
       w = p.communication;
       break;
     case GpuState::kBoth:
-      w = by_dtype(p.overlapped);
+      w = dtype_watts(p, p.overlapped, dtype);
       break;
   }
   return power_cap > 0.0 ? std::min(w, power_cap) : w;
 }
-
-namespace {
-double compute_watts(const PowerModel& p, Dtype dtype) {
-  if (auto it = p.compute.find(dtype); it != p.compute.end()) return it->second;
-  double highest = p.idle;
-  for (const auto& [d, w] : p.compute) highest = std::max(highest, w);
-  return highest;
-}
-}  // namespace
 
 double kernel_power(const Profile& profile, Dtype dtype, ComputeClass cls) {
   const PowerModel& p = profile.power;
   if (cls == ComputeClass::kMemoryBound) {
     if (auto it = p.memory_bound.find(dtype); it != p.memory_bound.end()) return it->second;
   }
-  return compute_watts(p, dtype);
+  return dtype_watts(p, p.compute, dtype);
 }
 
 double kernel_power_with_comm(const Profile& profile, Dtype dtype, double kernel_w) {
@@ -465,9 +468,9 @@ double kernel_power_with_comm(const Profile& profile, Dtype dtype, double kernel
 double cap_speed_factor(const Profile& profile, double power_cap, Dtype dtype, double kernel_w) {
   const PowerModel& p = profile.power;
   if (power_cap <= 0.0 || p.max_power <= 0.0) return 1.0;
-  const double full = compute_watts(p, dtype);
+  const double full = dtype_watts(p, p.compute, dtype);
   const double raised = kernel_w > 0.0 && kernel_w < full ? power_cap * full / kernel_w : power_cap;
-  return linear_to_one(p.cap_fraction, p.speed_fraction, std::min(raised, p.max_power) / p.max_power, true);
+  return cap_speed_factor(profile, std::min(raised, p.max_power));
 }
 
 double cap_speed_factor(const Profile& profile, double power_cap) {

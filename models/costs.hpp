@@ -75,6 +75,10 @@ double collective_time(const Profile& profile, CollectiveOp op, int ranks, doubl
                        double link_latency);
 // nccl-tests bus-bandwidth factor: all_reduce 2(n-1)/n, all_gather/reduce_scatter/all_to_all (n-1)/n, send_recv 1.
 double busbw_factor(CollectiveOp op, int ranks);
+// Elements nccl-tests prints as `count` for a size of `bytes` (all-gather / reduce-scatter: the
+// per-rank chunk; all-to-all: the whole send buffer, rounded down to a multiple of ranks; others the
+// buffer). Throws std::invalid_argument for ranks < 1.
+long nccl_tests_count(CollectiveOp op, int ranks, double bytes, int type_size);
 
 // Contention slowdowns (>= 1) for a compute kernel of `gemm_flops` and class `compute` overlapping
 // `comm_bytes` of `comm_op` whose kernels hold `comm_sms` SMs (-1: the profile's comm_sms).

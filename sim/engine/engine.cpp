@@ -34,16 +34,14 @@ std::vector<std::string> engine_args(const EngineOptions& options) {
 ExecutorSetup executor_setup(const EngineInput& in) {
   ExecutorSetup setup;
   const auto& profile = *in.profile;
-  const double power_factor = models::clock_power_factor(profile, in.options.clock_limit);
-  for (const auto st : {models::GpuState::kIdle, models::GpuState::kCompute, models::GpuState::kComm, models::GpuState::kBoth}) {
-    double p = models::state_power(profile, st, in.arch->dtype, 0.0) * power_factor;
-    if (in.options.power_cap > 0) p = std::min(p, in.options.power_cap);
-    setup.state_power[static_cast<std::size_t>(st)] = p;
-  }
-  setup.power_factor = power_factor;
-  setup.comm_extra = std::max(0.0, profile.power.communication - profile.power.idle);
-  setup.both_ceiling = models::state_power(profile, models::GpuState::kBoth, in.arch->dtype, 0.0);
+  setup.power_factor = models::clock_power_factor(profile, in.options.clock_limit);
   setup.power_cap = in.options.power_cap;
+  auto watts = [&](models::GpuState st) {
+    const double w = models::state_power(profile, st, in.arch->dtype, 0.0) * setup.power_factor;
+    return setup.power_cap > 0 ? std::min(w, setup.power_cap) : w;
+  };
+  setup.idle_watts = watts(models::GpuState::kIdle);
+  setup.comm_watts = watts(models::GpuState::kComm);
   const int all_steps = in.options.warmup_steps + in.options.steps;
   setup.total_steps = in.options.end_step < 0 ? all_steps : std::min(in.options.end_step, all_steps);
   setup.first_step = std::clamp(in.options.first_step, 0, setup.total_steps);

@@ -25,7 +25,7 @@ Executor::Executor(const EngineInput& input, const LayerTable& layers, Platform&
   const int gpus = in_.ep * in_.tp;
   const std::size_t cells = static_cast<std::size_t>(gpus) * layers_.size();
   track_.assign(static_cast<std::size_t>(gpus), GpuTrack{});
-  for (auto& tr : track_) tr.watts = setup_.state_power[static_cast<std::size_t>(models::GpuState::kIdle)];
+  for (auto& tr : track_) tr.watts = setup_.idle_watts;
   result_.label = in_.options.label;
   result_.gpus.assign(static_cast<std::size_t>(gpus), GpuResult{});
   result_.traffic.assign(static_cast<std::size_t>(gpus), std::vector<double>(static_cast<std::size_t>(gpus), 0.0));
@@ -65,11 +65,10 @@ void Executor::account_state(int gpu) {
   const bool c = tr.compute != nullptr, m = tr.comm_active > 0;
   tr.state = c && m ? models::GpuState::kBoth : c ? models::GpuState::kCompute : m ? models::GpuState::kComm : models::GpuState::kIdle;
   if (c) {
-    double w = m ? std::min(setup_.both_ceiling, tr.compute->power + setup_.comm_extra) : tr.compute->power;
-    w *= setup_.power_factor;
+    const double w = (m ? tr.compute->power_with_comm : tr.compute->power) * setup_.power_factor;
     tr.watts = setup_.power_cap > 0.0 ? std::min(w, setup_.power_cap) : w;
   } else {
-    tr.watts = setup_.state_power[static_cast<std::size_t>(tr.state)];
+    tr.watts = m ? setup_.comm_watts : setup_.idle_watts;
   }
 }
 

@@ -5,7 +5,6 @@
 // Lives in the engine's thread; takes graphs from a StepBuilder.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -23,12 +22,11 @@
 namespace moesim::sim {
 
 struct ExecutorSetup {
-  std::array<double, 4> state_power{};  // W per models::GpuState, clock limit and cap applied
-  // A compute task draws its own power (Task::power) x power_factor, plus comm_extra while the GPU
-  // also communicates (up to both_ceiling x power_factor), never above power_cap (0: none).
+  // W idle and while only communicating, clock limit and cap applied. A compute task draws its own
+  // power (Task::power, or Task::power_with_comm while the GPU also communicates) x power_factor,
+  // never above power_cap (0: none).
+  double idle_watts = 0.0, comm_watts = 0.0;
   double power_factor = 1.0;  // clock limit
-  double comm_extra = 0.0;    // W, communication - idle
-  double both_ceiling = 0.0;  // W, the profile's overlapped figure for the dtype
   double power_cap = 0.0;
   int first_step = 0;                   // the first step simulated (earlier ones were skipped)
   int total_steps = 0;                  // the step after the last one simulated

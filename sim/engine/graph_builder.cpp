@@ -132,6 +132,7 @@ std::uint32_t GraphBuilder::add_compute(StepGraph& g, int gpu, Category cat, int
   t.flops = w.flops * compute_scale_;
   t.compute_class = models::compute_class(profile_, arch_.dtype, w.flops, w.bytes);
   t.power = models::kernel_power(profile_, arch_.dtype, t.compute_class);
+  t.power_with_comm = models::kernel_power_with_comm(profile_, arch_.dtype, t.power);
   const double cap = input_.options.power_cap;
   const double speed =
       cap > 0.0 ? std::min(clock_speed_, models::cap_speed_factor(profile_, cap, arch_.dtype, t.power)) : clock_speed_;
@@ -313,7 +314,7 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
       const double scale = a2a_scale(src, op_bytes);
       auto [gate, op] = add_stream_op(g, src, m.attn_done[static_cast<std::size_t>(src)], Category::kDispatch, slot, s);
       m.gateway_arrival.assign(static_cast<std::size_t>(nodes * pieces), 0);
-      m.has_gateway.assign(static_cast<std::size_t>(nodes), 0);
+      m.gateway_pieces.assign(static_cast<std::size_t>(nodes), 0);
       for (int r = 0; r < ep; ++r) {
         const long n = counts.send(c, h, r);
         if (r == h || n == 0) continue;
@@ -329,24 +330,20 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
         }
         const int gw = gateway(dn, src);
         const auto first_piece = static_cast<std::size_t>(dn * pieces);
-        const auto last_piece = first_piece + static_cast<std::size_t>(pieces - 1);
-        if (!m.has_gateway[static_cast<std::size_t>(dn)]) {
+        if (!m.gateway_pieces[static_cast<std::size_t>(dn)]) {
           const double b = static_cast<double>(counts.node_send(c, h, dn)) * token_bytes;
-          const int n_pieces = m.has_gateway[static_cast<std::size_t>(dn)] = static_cast<char>(pieces_for(src, gw, b, pieces));
+          const int split = m.gateway_pieces[static_cast<std::size_t>(dn)] = static_cast<char>(pieces_for(src, gw, b, pieces));
           std::uint32_t prev = gate;
-          for (int i = 0; i < pieces; ++i) {
-            // Fewer pieces than slots: the last ones stand for the whole (the same task again).
-            if (i < n_pieces)
-              prev = add_piece(g, src, gw, b / n_pieces, Category::kDispatch, op_bytes, slot, scale, prev, i == 0);
-            m.gateway_arrival[first_piece + static_cast<std::size_t>(i)] = prev;
-          }
+          for (int i = 0; i < split; ++i)
+            m.gateway_arrival[first_piece + static_cast<std::size_t>(i)] = prev =
+                add_piece(g, src, gw, b / split, Category::kDispatch, op_bytes, slot, scale, prev, i == 0);
           g.edge(prev, op);
         }
+        const int n_pieces = m.gateway_pieces[static_cast<std::size_t>(dn)];
         if (dst == gw) {
-          m.into[static_cast<std::size_t>(dst)].push_back(m.gateway_arrival[last_piece]);
+          m.into[static_cast<std::size_t>(dst)].push_back(m.gateway_arrival[first_piece + static_cast<std::size_t>(n_pieces - 1)]);
           continue;
         }
-        const int n_pieces = m.has_gateway[static_cast<std::size_t>(dn)];
         std::uint32_t prev = 0;
         for (int i = 0; i < n_pieces; ++i) {
           const auto arrived = m.gateway_arrival[first_piece + static_cast<std::size_t>(i)];
@@ -417,7 +414,7 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
   const bool hier = input_.options.dispatch == DispatchMode::kHierarchical;
   const int pieces = hier ? std::max(1, input_.options.forward_pieces) : 1;
   reset_lists(m.at_gateway, static_cast<std::size_t>(n_gpus * nodes * pieces));
-  m.via_gateway.assign(static_cast<std::size_t>(n_gpus * nodes), 0);
+  m.combine_pieces.assign(static_cast<std::size_t>(n_gpus * nodes), 0);
   m.combine_op.assign(static_cast<std::size_t>(n_gpus), kNoTask);
   for (int r = 0; r < ep; ++r) {
     for (int t = 0; t < tp; ++t) {
@@ -445,8 +442,10 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
         const auto key = static_cast<std::size_t>(home * nodes + sn);
         const auto first_piece = key * static_cast<std::size_t>(pieces);
         const int gw = gateway(sn, home);
-        const int n_pieces = m.via_gateway[key] = static_cast<char>(pieces_for(
-            gw, home, static_cast<double>(counts.node_send(c, home / tp, sn)) * token_bytes, pieces));
+        if (!m.combine_pieces[key])  // the gateway's batch, split once for all its senders
+          m.combine_pieces[key] = static_cast<char>(
+              pieces_for(gw, home, static_cast<double>(counts.node_send(c, home / tp, sn)) * token_bytes, pieces));
+        const int n_pieces = m.combine_pieces[key];
         if (src == gw) {
           for (int i = 0; i < n_pieces; ++i) m.at_gateway[first_piece + static_cast<std::size_t>(i)].push_back(gate);
           continue;
@@ -463,7 +462,7 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
   for (int home = 0; home < n_gpus; ++home)
     for (int sn = 0; sn < nodes; ++sn) {
       const auto key = static_cast<std::size_t>(home * nodes + sn);
-      const int n_pieces = m.via_gateway[key];
+      const int n_pieces = m.combine_pieces[key];
       if (n_pieces == 0) continue;
       const double bytes = static_cast<double>(counts.node_send(c, home / tp, sn)) * token_bytes;
       std::uint32_t prev = 0;

@@ -149,7 +149,9 @@ class GraphBuilder {
   struct MoeScratch {
     LayerCounts counts;
     std::vector<std::uint32_t> attn_done, shared_done, compute_done, inputs_ready, gateway_arrival, combine_op;
-    std::vector<char> has_gateway, via_gateway;
+    // Hierarchical: pieces of each inter-node batch (0: none yet), by destination node (dispatch)
+    // and by (home GPU, expert node) (combine).
+    std::vector<char> gateway_pieces, combine_pieces;
     std::vector<long> per_expert;
     std::vector<std::vector<std::uint32_t>> arrivals, into, at_gateway;
   };

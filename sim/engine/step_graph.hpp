@@ -41,6 +41,7 @@ struct Task {
   double flops = 0.0;     // compute: FLOP, for the contention lookup
   models::ComputeClass compute_class = models::ComputeClass::kComputeBound;  // compute: its roofline class
   double power = 0.0;     // compute: W it draws alone, uncapped, at the full clock (models::kernel_power)
+  double power_with_comm = 0.0;  // compute: W while its GPU also communicates (models::kernel_power_with_comm)
   std::int16_t comm_sms = -1;  // transfer: SMs its operation's kernels hold (-1: the profile's; 0: none)
   double op_bytes = 0.0;  // transfer: bytes of the whole operation it belongs to (contention lookup)
   models::CollectiveOp comm_op = models::CollectiveOp::kAllToAll;

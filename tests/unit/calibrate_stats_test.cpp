@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "calibrate/stats.hpp"
+#include "models/costs.hpp"
 
 namespace mc = moesim::calibrate;
 using moesim::models::CollectiveOp;
@@ -25,24 +26,24 @@ TEST_CASE("calibrate: summaries give the median, p10/p90 by linear interpolation
 }
 
 TEST_CASE("calibrate: bus bandwidth factors are nccl-tests' (src/*.cu GetBw)") {
-  CHECK(mc::bus_factor(CollectiveOp::kAllReduce, 8) == doctest::Approx(1.75));
-  CHECK(mc::bus_factor(CollectiveOp::kAllReduce, 2) == doctest::Approx(1.0));
-  CHECK(mc::bus_factor(CollectiveOp::kAllGather, 8) == doctest::Approx(0.875));
-  CHECK(mc::bus_factor(CollectiveOp::kReduceScatter, 4) == doctest::Approx(0.75));
-  CHECK(mc::bus_factor(CollectiveOp::kAllToAll, 8) == doctest::Approx(0.875));
-  CHECK(mc::bus_factor(CollectiveOp::kSendRecv, 2) == 1.0);
-  CHECK_THROWS_AS(mc::bus_factor(CollectiveOp::kAllReduce, 0), std::invalid_argument);
+  CHECK(moesim::models::busbw_factor(CollectiveOp::kAllReduce, 8) == doctest::Approx(1.75));
+  CHECK(moesim::models::busbw_factor(CollectiveOp::kAllReduce, 2) == doctest::Approx(1.0));
+  CHECK(moesim::models::busbw_factor(CollectiveOp::kAllGather, 8) == doctest::Approx(0.875));
+  CHECK(moesim::models::busbw_factor(CollectiveOp::kReduceScatter, 4) == doctest::Approx(0.75));
+  CHECK(moesim::models::busbw_factor(CollectiveOp::kAllToAll, 8) == doctest::Approx(0.875));
+  CHECK(moesim::models::busbw_factor(CollectiveOp::kSendRecv, 2) == 1.0);
+  CHECK_THROWS_AS(moesim::models::busbw_factor(CollectiveOp::kAllReduce, 0), std::invalid_argument);
   // A row as nccl-tests prints it: 8 GiB all-reduce over 8 GPUs in 36520 us: algbw 235.21, busbw 411.62 GB/s.
   CHECK(mc::algbw(8589934592.0, 36520e-6) / 1e9 == doctest::Approx(235.21).epsilon(1e-4));
   CHECK(mc::busbw(CollectiveOp::kAllReduce, 8, 8589934592.0, 36520e-6) / 1e9 == doctest::Approx(411.62).epsilon(1e-4));
 }
 
 TEST_CASE("calibrate: element counts follow nccl-tests' size conventions") {
-  CHECK(mc::collective_count(CollectiveOp::kAllReduce, 8, 1048576.0, 4) == 262144);
-  CHECK(mc::collective_count(CollectiveOp::kAllGather, 8, 1048576.0, 4) == 32768);      // per-rank chunk
-  CHECK(mc::collective_count(CollectiveOp::kReduceScatter, 8, 1048576.0, 4) == 32768);  // per-rank output
-  CHECK(mc::collective_count(CollectiveOp::kAllToAll, 3, 1000.0 * 4, 4) == 999);        // a multiple of the ranks
-  CHECK_THROWS_AS(mc::collective_count(CollectiveOp::kAllReduce, 0, 1024.0, 4), std::invalid_argument);
+  CHECK(moesim::models::nccl_tests_count(CollectiveOp::kAllReduce, 8, 1048576.0, 4) == 262144);
+  CHECK(moesim::models::nccl_tests_count(CollectiveOp::kAllGather, 8, 1048576.0, 4) == 32768);      // per-rank chunk
+  CHECK(moesim::models::nccl_tests_count(CollectiveOp::kReduceScatter, 8, 1048576.0, 4) == 32768);  // per-rank output
+  CHECK(moesim::models::nccl_tests_count(CollectiveOp::kAllToAll, 3, 1000.0 * 4, 4) == 999);        // a multiple of the ranks
+  CHECK_THROWS_AS(moesim::models::nccl_tests_count(CollectiveOp::kAllReduce, 0, 1024.0, 4), std::invalid_argument);
 }
 
 TEST_CASE("calibrate: interval overlap measures how much of one run the other covered") {

@@ -25,17 +25,8 @@ using namespace moesim;
 
 namespace {
 
-struct Rng {
-  std::uint64_t s;
-  explicit Rng(std::uint64_t seed) : s(seed * 0x9e3779b97f4a7c15ULL + 12345) {}
-  std::uint64_t next() {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return s >> 33;
-  }
-  double skewed(int range) {
-    const double u = static_cast<double>(next() % 1000) / 1000.0;
-    return std::floor(1.0 + range * u * u * u);
-  }
+struct Rng : testing::SkewedRng {
+  explicit Rng(std::uint64_t seed) : SkewedRng(seed, 12345) {}
 };
 
 std::vector<std::vector<int>> all_perms(std::size_t G) {

@@ -2,13 +2,29 @@
 // and adjacent-layer pair counts drawn from the test's own generator (any type with skewed(range)).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "models/architecture.hpp"
 #include "sim/placement/routing_counts.hpp"
 
 namespace moesim::testing {
+
+// A fixed-seed generator of integer loads with a few hot values: floor(1 + range u^3).
+struct SkewedRng {
+  std::uint64_t s;
+  SkewedRng(std::uint64_t seed, std::uint64_t offset) : s(seed * 0x9e3779b97f4a7c15ULL + offset) {}
+  std::uint64_t next() {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return s >> 33;
+  }
+  double skewed(int range) {
+    const double u = static_cast<double>(next() % 1000) / 1000.0;
+    return std::floor(1.0 + range * u * u * u);
+  }
+};
 
 template <class Rng>
 sim::RoutingCounts skewed_mixtral_routing(const models::Architecture& arch, Rng& rng, int load_range, int pair_range) {

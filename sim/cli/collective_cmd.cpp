@@ -184,8 +184,8 @@ int collective_command(const Args& args, Context& ctx) {
     busbw_sum += busbw;
     nlohmann::json row = {{"bytes", sizes[i]}, {"time_us", t * 1e6}, {"algbw_GBps", algbw}, {"busbw_GBps", busbw}};
     char line[160];
-    std::snprintf(line, sizeof line, "%12.0f  %12.0f  %8s  %8.2f  %8.2f  %8.2f", sizes[i], std::floor(sizes[i] / 4), "float",
-                  t * 1e6, algbw, busbw);
+    std::snprintf(line, sizeof line, "%12.0f  %12ld  %8s  %8.2f  %8.2f  %8.2f", sizes[i],
+                  models::nccl_tests_count(op, gpus, sizes[i], 4), "float", t * 1e6, algbw, busbw);
     table << line;
     if (!measured.empty()) {
       const double err = t * 1e6 / measured[i].time_us - 1.0;

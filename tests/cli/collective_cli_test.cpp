@@ -27,6 +27,16 @@ TEST_CASE("collective: nccl-tests' table of a lone all_reduce, reproducing the p
   CHECK(r.out.find("# Avg bus bandwidth") != std::string::npos);
 }
 
+TEST_CASE("collective: the count column follows nccl-tests' conventions per operation") {
+  // 8 MiB of floats on 8 GPUs: all-gather prints the per-rank chunk, all-reduce the whole buffer.
+  const auto ag = run_moesim({"collective", "--cluster", "h100-sxm-8gpu", "--op", "all_gather", "-b", "8M", "-e", "8M"});
+  REQUIRE(ag.exit_code == 0);
+  CHECK(ag.out.find("     8388608        262144     float") != std::string::npos);
+  const auto ar = run_moesim({"collective", "--cluster", "h100-sxm-8gpu", "--op", "all_reduce", "-b", "8M", "-e", "8M"});
+  REQUIRE(ar.exit_code == 0);
+  CHECK(ar.out.find("     8388608       2097152     float") != std::string::npos);
+}
+
 TEST_CASE("collective: --json rows with nccl-tests' bandwidth conventions") {
   const auto r = run_moesim({"collective", "--cluster", "h100-sxm-8gpu", "--op", "alltoall", "-g", "4", "-b", "1M", "-e",
                              "64M", "-f", "4", "--json"});

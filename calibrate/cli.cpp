@@ -8,6 +8,7 @@
 
 #include "calibrate/fake_device.hpp"
 #include "calibrate/fit.hpp"
+#include "calibrate/merge.hpp"
 #include "calibrate/plan.hpp"
 #include "calibrate/report.hpp"
 #include "calibrate/runner.hpp"
@@ -153,9 +154,13 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out, const 
   if (tp < 1) throw UsageError("--tp: expected a positive integer");
   // Predictions first: a profile without the model's dtype fails before a GPU is touched.
   for (const ValidationCase& c : cases) predict_case(profile, arch, c, tp, models::CollectiveOp::kAllToAll, 1.0);
-  const Traffic traffic{"copy_kernel", std::nullopt,
-                        parse_size(vm["traffic-bytes"].as<std::string>(), "--traffic-bytes"), 1, vm["ctas"].as<int>(),
-                        {}};
+  const Traffic traffic{"copy_kernel",
+                        std::nullopt,
+                        parse_size(vm["traffic-bytes"].as<std::string>(), "--traffic-bytes"),
+                        1,
+                        vm["ctas"].as<int>(),
+                        {},
+                        1};
   DeviceRequest request;
   request.fake = vm.count("fake-device") > 0;
   std::unique_ptr<Device> device = open_requested(env, request);
@@ -168,6 +173,211 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out, const 
   return 0;
 }
 
+// A stream that drops everything: the tables of ranks other than 0 (rank 0 prints its own, then the
+// merged summary and the spread).
+class NullBuffer : public std::streambuf {
+ protected:
+  int overflow(int c) override { return c == traits_type::eof() ? 0 : c; }
+};
+
+struct ClusterRun {
+  const po::variables_map& vm;
+  const std::vector<std::string>& args;
+  std::ostream& out;
+  std::ostream& err;
+  const CliEnvironment& env;
+  const LaunchInfo& launch;
+  double timeout;
+  PlanOptions plan_options;
+  std::filesystem::path output, raw;
+  bool force;
+};
+
+// --fake-slow-rank R=F[,R=F]: a slowdown per rank (1 where not given).
+std::vector<double> parse_slow_ranks(const std::string& text, int world) {
+  std::vector<double> slow(static_cast<std::size_t>(world), 1.0);
+  for (const std::string& item : split(text)) {
+    const std::size_t eq = item.find('=');
+    char* end = nullptr;
+    const long r = eq == std::string::npos ? -1 : std::strtol(item.substr(0, eq).c_str(), &end, 10);
+    const double f = eq == std::string::npos ? 0.0 : std::strtod(item.c_str() + eq + 1, nullptr);
+    if (r < 0 || r >= world || !(f > 0.0) || !std::isfinite(f))
+      throw UsageError("--fake-slow-rank: expected RANK=FACTOR with a rank below " + std::to_string(world) +
+                       " and a positive factor, got \"" + item + "\"");
+    slow[static_cast<std::size_t>(r)] = f;
+  }
+  return slow;
+}
+
+int exit_code_of(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const ClusterError*>(&e)) return c->exit_code();
+  if (dynamic_cast<const common::UsageError*>(&e) || dynamic_cast<const common::InputError*>(&e))
+    return common::kExitInputError;
+  if (dynamic_cast<const common::RunError*>(&e)) return common::kExitRunFailure;
+  return common::kExitInternal;
+}
+
+template <typename ApplyTiming>
+int run_cluster(ClusterRun& c, const ApplyTiming& apply_timing) {
+  const po::variables_map& vm = c.vm;
+  std::string fingerprint;
+  for (const std::string& a : c.args) fingerprint += a + '\x1f';
+  std::unique_ptr<Cluster> cluster = Cluster::join(c.launch, c.timeout, fingerprint);
+  const int rank = cluster->rank(), world = cluster->world();
+  const bool root = rank == 0;
+  NullBuffer null_buffer;
+  std::ostream quiet(&null_buffer);
+  std::ostream& log = root ? c.out : quiet;
+  const std::string me = "rank " + std::to_string(rank) + " of " + std::to_string(world);
+  std::unique_ptr<Device> device;
+  try {
+    const std::vector<int> nodes = cluster->node_of_rank();
+    const int node_count = cluster->node_count();
+    if (root) {
+      c.out << "# moesim-calibrate cluster run: " << world << " ranks on " << node_count << " node"
+            << (node_count > 1 ? "s" : "") << ", launcher " << c.launch.launcher << ", rank 0 listening on port "
+            << c.launch.master_port << " (MASTER_ADDR " << c.launch.master_addr << " from " << c.launch.master_from
+            << ")\n";
+      for (const RankInfo& r : cluster->ranks())
+        c.out << "#  rank " << r.rank << ": node " << nodes[static_cast<std::size_t>(r.rank)] << " (" << r.node
+              << "), host " << r.host << ", local rank " << r.local_rank << ", pid " << r.pid << "\n";
+      c.out
+          << "# the tables below are rank 0's own measurements; the merged values and the per-GPU spread follow them\n";
+      // Refuse before measuring; the other ranks write nothing.
+      common::check_can_write(c.output, c.force);
+      common::check_can_write(c.raw, c.force);
+      if (vm.count("base")) models::load_profile(vm["base"].as<std::string>());
+    } else {
+      c.out << "moesim-calibrate: " << me << " (host " << cluster->ranks()[static_cast<std::size_t>(rank)].host
+            << ", local rank " << c.launch.local_rank << ") joined rank 0 at " << c.launch.master_addr << ":"
+            << c.launch.master_port << "; rank 0 prints the tables and writes the profile" << std::endl;
+    }
+    c.plan_options.node_of_rank = nodes;
+    if (vm.count("fake-device")) {
+      FakeWorld w;
+      w.rank = rank;
+      w.world = world;
+      w.node_of_rank = nodes;
+      if (vm.count("fake-slow-rank")) w.slowdown = parse_slow_ranks(vm["fake-slow-rank"].as<std::string>(), world);
+      if (vm.count("fake-stall-rank")) {
+        w.stall_rank = vm["fake-stall-rank"].as<int>();
+        if (w.stall_rank < 0 || w.stall_rank >= world)
+          throw UsageError("--fake-stall-rank: expected a rank below " + std::to_string(world) + ", got " +
+                           std::to_string(w.stall_rank));
+      }
+      w.log = &c.err;
+      device = std::make_unique<FakeDevice>(1, "NVIDIA H200 (fake device: moesim-calibrate --fake-device)", w);
+    } else {
+      ClusterHooks hooks;
+      hooks.world = world;
+      hooks.rank = rank;
+      hooks.local_rank = c.launch.local_rank;
+      hooks.broadcast = [&](const std::string& bytes) { return cluster->broadcast(bytes); };
+      hooks.max = [&](double v) { return cluster->max(v); };
+      device = c.env.open_device(
+          DeviceRequest{1, c.plan_options.allow_set_power_limit, c.plan_options.allow_set_clocks, false, hooks});
+    }
+    const DeviceInfo info = device->info();
+    // Every rank plans with the same fp8 choice: a mixed cluster is an error, not a silent plan split.
+    c.plan_options.fp8_supported = cluster->max(info.fp8 ? 0.0 : 1.0) == 0.0;
+    Plan plan = make_plan(c.plan_options);
+    apply_timing(plan);
+
+    Device* dev = device.get();
+    std::ostream& err = c.err;
+    const std::function<void(int)> hard_exit = c.env.hard_exit;
+    StepWatchdog watchdog(
+        c.timeout, 30.0,
+        [dev, &err, me, t = c.timeout](const std::string& step) {
+          err << "moesim-calibrate: " << me << ": '" << step << "' did not finish within " << t
+              << " s (--rendezvous-timeout): another rank died or hung inside it; aborting the communication"
+              << std::endl;
+          dev->abort_communication();
+        },
+        [&err, me, hard_exit](const std::string& step) {
+          err << "moesim-calibrate: " << me << ": '" << step
+              << "' is still blocked 30 s after its communication was aborted; exiting" << std::endl;
+          if (hard_exit) hard_exit(common::kExitRunFailure);
+        });
+    const PeerStep with_peers = [&](const std::string& label, const std::function<void()>& step) {
+      cluster->barrier(label);
+      watchdog.arm(label);
+      try {
+        step();
+      } catch (...) {
+        watchdog.disarm();
+        if (watchdog.expired())
+          throw ClusterError("'" + label + "' did not finish within " + std::to_string(static_cast<int>(c.timeout)) +
+                             " s (--rendezvous-timeout): another rank died or hung inside it (the other ranks' output "
+                             "names it); restart every rank");
+        throw;
+      }
+      watchdog.disarm();
+    };
+    const Measurements mine = run_plan(*device, plan, log, c.env.interrupted, with_peers);
+    device.reset();  // restores power limit and clocks before anything is merged or written
+    const std::vector<std::string> all = cluster->gather(measurements_to_json(mine).dump());
+    if (!root) {
+      cluster->finish();
+      c.out << "moesim-calibrate: " << me << ": measured and sent to rank 0, which wrote the profile" << std::endl;
+      return 0;
+    }
+    std::vector<RankMeasurements> ranks;
+    for (int r = 0; r < world; ++r) {
+      const RankInfo& ri = cluster->ranks()[static_cast<std::size_t>(r)];
+      ranks.push_back(
+          {r, ri.host, ri.node,
+           r == 0 ? mine : measurements_from_json(nlohmann::json::parse(all[static_cast<std::size_t>(r)]))});
+    }
+    const Measurements merged = merge_measurements(ranks, node_count);
+    const Spread spread = gpu_spread(ranks, merged);
+    print_spread(c.out, spread, ranks);
+
+    const std::string base_name = vm.count("base") ? vm["base"].as<std::string>() : base_profile_for(info.name);
+    const models::Profile base = models::load_profile(base_name);
+    FitOptions fo;
+    fo.name = vm.count("name") ? vm["name"].as<std::string>() : c.output.stem().string();
+    fo.base = base_name;
+    fo.method = "moesim-calibrate " + std::string(common::kVersion) + ", " + merged.started + ", " +
+                plan_kind_name(plan.kind) + " plan, CUDA " + info.cuda_runtime + ", driver " + info.driver +
+                ", cuBLASLt " + info.cublaslt + ", merged over " + std::to_string(world) + " ranks on " +
+                std::to_string(node_count) + " node" + (node_count > 1 ? "s" : "") +
+                " (median over the ranks of each rank's median)";
+    const models::Profile profile = fit_profile(merged, base, fo);
+    nlohmann::json raw_json = measurements_to_json(merged);
+    nlohmann::json rank_list = nlohmann::json::array();
+    for (const RankMeasurements& r : ranks) {
+      // Each rank's records with their summaries; the samples stay out (they would multiply the file by
+      // the rank count, and the merged records keep each rank's median).
+      nlohmann::json records = measurements_to_json(r.m);
+      for (auto& [section, list] : records.items())
+        if (list.is_array())
+          for (nlohmann::json& item : list) item.erase("samples_s");
+      rank_list.push_back({{"rank", r.rank},
+                           {"host", r.host},
+                           {"node", r.node},
+                           {"local_rank", cluster->ranks()[static_cast<std::size_t>(r.rank)].local_rank},
+                           {"measurements", records}});
+    }
+    raw_json["cluster"] = {{"launcher", c.launch.launcher},
+                           {"world", world},
+                           {"nodes", node_count},
+                           {"ranks", rank_list},
+                           {"spread", spread_to_json(spread)}};
+    write_outputs(profile, raw_json, c.output, c.raw, c.force);
+    c.out << "# wrote " << c.output.string() << " (base " << base_name << ", merged over " << world << " ranks) and "
+          << c.raw.string() << "\n";
+    cluster->finish();
+    return 0;
+  } catch (const std::exception& e) {
+    device.reset();
+    const int code = exit_code_of(e);
+    const std::string text = me + ": " + e.what();
+    cluster->abort(code, text);
+    throw ClusterError(text, code);
+  }
+}
+
 int run_measure(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, const CliEnvironment& env) {
   po::options_description desc("moesim-calibrate options");
   desc.add_options()("help,h", "print this help")("version", "print the version")(
@@ -177,8 +387,8 @@ int run_measure(const std::vector<std::string>& args, std::ostream& out, std::os
       "minbytes,b", po::value<std::string>(), "smallest collective size (nccl-tests -b)")(
       "maxbytes,e", po::value<std::string>(), "largest collective size (nccl-tests -e)")(
       "stepfactor,f", po::value<double>(), "size multiplier (nccl-tests -f)")(
-      "warmup_iters,w", po::value<int>(), "warm-up launches per measurement")(
-      "iters,n", po::value<int>(), "samples per measurement")(
+      "warmup_iters,w", po::value<int>(), "warm-up launches per measurement")("iters,n", po::value<int>(),
+                                                                              "samples per measurement")(
       "architectures", po::value<std::string>(), "architectures whose GEMM shapes to cover (default: all shipped)")(
       "traffic-matrix", po::value<std::string>(), "all-to-all traffic matrix file (gpus rows of gpus weights)")(
       "output,o", po::value<std::string>(), "profile to write (YAML)")(
@@ -187,8 +397,17 @@ int run_measure(const std::vector<std::string>& args, std::ostream& out, std::os
       "base", po::value<std::string>(), "reference profile for what is not measured (default: by GPU name)")(
       "force", "replace existing output files")("dry-run", "print what would run and how long it should take")(
       "list-devices", "list the GPUs and exit")("allow-set-power-limit",
-                                               "sweep the power limit (restored on exit, error and signals)")(
-      "allow-set-clocks", "sweep locked SM clocks (reset on exit, error and signals)")("fake-device", kFakeDeviceHelp);
+                                                "sweep the power limit (restored on exit, error and signals)")(
+      "allow-set-clocks", "sweep locked SM clocks (reset on exit, error and signals)")("fake-device", kFakeDeviceHelp)(
+      "launcher", po::value<std::string>()->default_value("auto"),
+      "one process per GPU under a launcher: auto (RANK/WORLD_SIZE, then OMPI_COMM_WORLD_*, then Slurm's srun "
+      "variables), env, openmpi, slurm, or none (this process alone)")(
+      "rendezvous-timeout", po::value<double>()->default_value(300.0),
+      "seconds to connect the ranks and for any wait on another rank; a rank silent for longer is declared hung")(
+      "fake-slow-rank", po::value<std::string>(),
+      "with --fake-device under a launcher: R=F[,R=F]: rank R's fake GPU runs F times slower")(
+      "fake-stall-rank", po::value<int>(),
+      "with --fake-device under a launcher: rank R's fake GPU hangs in its first collective (robustness tests)");
   const po::variables_map vm = parse(desc, args);
   if (vm.count("help")) {
     out << kUsage << "\n" << desc << "\nBuild: " << env.build << "\n";
@@ -206,6 +425,26 @@ int run_measure(const std::vector<std::string>& args, std::ostream& out, std::os
   plan_options.kind = parse_plan_kind(vm["plan"].as<std::string>());
   plan_options.gpus = vm["gpus"].as<int>();
   if (plan_options.gpus < 1) throw UsageError("--gpus: expected at least 1, got " + std::to_string(plan_options.gpus));
+  // Under a launcher each process drives one GPU and the plan covers every rank.
+  LaunchInfo launch;
+  if (!vm.count("dry-run"))
+    launch = detect_launch(env.environment ? env.environment : process_environment(), vm["launcher"].as<std::string>());
+  const double rendezvous_timeout = vm["rendezvous-timeout"].as<double>();
+  if (!(rendezvous_timeout > 0.0) || !std::isfinite(rendezvous_timeout))
+    throw UsageError("--rendezvous-timeout: expected a positive number of seconds");
+  if (launch.world > 1) {
+    if (!vm["gpus"].defaulted() && plan_options.gpus != 1)
+      throw UsageError("--gpus " + std::to_string(plan_options.gpus) + " with " + launch.launcher + " starting " +
+                       std::to_string(launch.world) +
+                       " processes: each process drives one GPU (picked by its local "
+                       "rank); start one process per GPU and drop --gpus");
+    plan_options.gpus = launch.world;
+  } else if (vm.count("fake-slow-rank") || vm.count("fake-stall-rank")) {
+    throw UsageError(
+        "--fake-slow-rank and --fake-stall-rank need several ranks started by a launcher (see --launcher)");
+  }
+  if ((vm.count("fake-slow-rank") || vm.count("fake-stall-rank")) && !vm.count("fake-device"))
+    throw UsageError("--fake-slow-rank and --fake-stall-rank need --fake-device");
   if (vm.count("dtypes")) plan_options.dtypes = parse_dtypes(vm["dtypes"].as<std::string>());
   if (vm.count("minbytes") || vm.count("maxbytes") || vm.count("stepfactor")) {
     SizeRange r = plan_options.kind == PlanKind::kQuick ? SizeRange{1024.0, 268435456.0, 4.0} : SizeRange{};
@@ -241,14 +480,20 @@ int run_measure(const std::vector<std::string>& args, std::ostream& out, std::os
   const std::filesystem::path output = vm["output"].as<std::string>();
   const std::filesystem::path raw = vm.count("raw") ? std::filesystem::path(vm["raw"].as<std::string>()) : default_raw_path(output);
   const bool force = vm.count("force") > 0;
+  if (launch.world > 1) {
+    ClusterRun run{vm, args, out, err, env, launch, rendezvous_timeout, plan_options, output, raw, force};
+    return run_cluster(run, apply_timing);
+  }
   // Refuse before measuring: minutes of GPU time should not end in "file exists".
   common::check_can_write(output, force);
   common::check_can_write(raw, force);
   if (vm.count("base")) models::load_profile(vm["base"].as<std::string>());
 
-  std::unique_ptr<Device> device =
-      open_requested(env, DeviceRequest{plan_options.gpus, plan_options.allow_set_power_limit,
-                                        plan_options.allow_set_clocks, vm.count("fake-device") > 0});
+  std::unique_ptr<Device> device = open_requested(env, DeviceRequest{plan_options.gpus,
+                                                                     plan_options.allow_set_power_limit,
+                                                                     plan_options.allow_set_clocks,
+                                                                     vm.count("fake-device") > 0,
+                                                                     {}});
   const DeviceInfo info = device->info();
   plan_options.fp8_supported = info.fp8;
   const std::string base_name = vm.count("base") ? vm["base"].as<std::string>() : base_profile_for(info.name);
@@ -278,6 +523,9 @@ int calibrate_main(const std::vector<std::string>& args, std::ostream& out, std:
   try {
     if (!args.empty() && args.front() == "validate") return run_validate({args.begin() + 1, args.end()}, out, env);
     return run_measure(args, out, err, env);
+  } catch (const ClusterError& e) {
+    err << "moesim-calibrate: " << e.what() << "\n";
+    return e.exit_code();
   } catch (const NoGpuError& e) {
     err << "moesim-calibrate: no GPU: " << e.what() << "\n";
     return common::kExitRunFailure;

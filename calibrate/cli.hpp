@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/cluster.hpp"
 #include "calibrate/device.hpp"
 
 namespace moesim::calibrate {
@@ -19,6 +20,10 @@ struct CliEnvironment {
   std::function<std::vector<std::string>()> list_devices;
   std::function<bool()> interrupted;  // a signal arrived
   std::string build = "unknown build";  // build_description()
+  EnvLookup environment;                // the launcher's variables; empty: this process's environment
+  // Ends the process when a step shared with other ranks stays blocked even after its communication
+  // was aborted (main: _exit). Empty: the run waits for the step.
+  std::function<void(int)> hard_exit;
 };
 // The real device entry points (defined beside main, as they need the CUDA or no-CUDA part).
 CliEnvironment default_environment(std::function<bool()> interrupted);

@@ -4,6 +4,7 @@
 // implementation lives in calibrate/cuda and is the only code that includes CUDA, NCCL or NVML.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,6 +76,7 @@ struct Traffic {
   int ranks = 1;
   int ctas = 0;                        // copy_kernel: blocks; nccl: NCCL_MAX_CTAS (0 = NCCL's default)
   std::vector<double> traffic_matrix;  // all_to_all: ranks x ranks relative weights; empty = uniform
+  int peer = 1;                        // send_recv: between rank 0 and this rank
 };
 std::string traffic_label(const Traffic& traffic);
 
@@ -134,6 +136,19 @@ class Device {
   // SIGINT/SIGTERM, through the interruption check between measurements). Watts / hertz; 0 resets.
   virtual void set_power_limit(double watts) = 0;
   virtual void set_sm_clock_limit(double hertz) = 0;
+  // Called from another thread when a step shared with other processes overran its deadline (a peer
+  // died or hung inside NCCL): abort the communication so that the blocked call returns with an error.
+  virtual void abort_communication() {}
+};
+
+// A run with one process per GPU (calibrate/cluster.hpp): this process's place, and the host-side
+// exchanges the device needs. Every rank calls them in the same order.
+struct ClusterHooks {
+  int world = 1;  // processes (NCCL ranks); 1: this process drives `gpus` GPUs alone
+  int rank = 0;
+  int local_rank = 0;                                        // the GPU of a process that sees several
+  std::function<std::string(const std::string&)> broadcast;  // rank 0's bytes on every rank (NCCL unique ids)
+  std::function<double(double)> max;  // the largest value over the ranks (launch counts all must share)
 };
 
 struct DeviceRequest {
@@ -141,6 +156,7 @@ struct DeviceRequest {
   bool allow_set_power_limit = false;
   bool allow_set_clocks = false;
   bool fake = false;  // --fake-device: calibrate/fake_device.hpp instead of a GPU
+  ClusterHooks cluster;
 };
 
 // Lists the GPUs (one line each) or throws NoGpuError.

@@ -93,9 +93,14 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
     p.device.sm_clock = percentile(clocks, 0.5);
     device_note += "; sm_clock: NVML, median over the compute states";
   }
-  p.device.extra = {{"driver", d.driver},       {"cuda_runtime", d.cuda_runtime}, {"cublaslt", d.cublaslt},
-                    {"host", d.host},           {"gpus", std::to_string(d.gpu_count)},
-                    {"compute_capability", std::to_string(d.compute_capability / 10) + "." + std::to_string(d.compute_capability % 10)},
+  p.device.extra = {{"driver", d.driver},
+                    {"cuda_runtime", d.cuda_runtime},
+                    {"cublaslt", d.cublaslt},
+                    {"host", d.host},
+                    {"gpus", std::to_string(d.gpu_count)},
+                    {"nodes", m.ranks > 1 ? std::to_string(m.nodes) : std::string()},
+                    {"compute_capability",
+                     std::to_string(d.compute_capability / 10) + "." + std::to_string(d.compute_capability % 10)},
                     {"l2", std::to_string(static_cast<long long>(d.l2_bytes)) + " B"}};
   if (!d.nccl_version.empty()) p.device.extra["nccl"] = d.nccl_version;
   if (!d.pci_bus_id.empty()) p.device.extra["pci_bus_id"] = d.pci_bus_id;
@@ -150,20 +155,27 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
     p.gemm.push_back(std::move(t));
   }
 
-  // collectives: uniform curves, in the order of their op names (the order fitted profiles list them in)
-  auto by_op_name = [](const std::pair<models::CollectiveOp, int>& a, const std::pair<models::CollectiveOp, int>& b) {
-    return std::pair(models::collective_op_name(a.first), a.second) <
-           std::pair(models::collective_op_name(b.first), b.second);
+  // collectives: uniform curves, in the order of their op names (the order fitted profiles list them in),
+  // then ranks and scope
+  using CurveKey = std::tuple<models::CollectiveOp, int, bool>;
+  auto by_op_name = [](const CurveKey& a, const CurveKey& b) {
+    return std::tuple(models::collective_op_name(std::get<0>(a)), std::get<1>(a), std::get<2>(a)) <
+           std::tuple(models::collective_op_name(std::get<0>(b)), std::get<1>(b), std::get<2>(b));
   };
-  std::map<std::pair<models::CollectiveOp, int>, std::vector<const CollectiveRecord*>, decltype(by_op_name)> curves;
+  std::map<CurveKey, std::vector<const CollectiveRecord*>, decltype(by_op_name)> curves;
   for (const CollectiveRecord& r : m.collectives)
-    if (r.label == "uniform" && r.wrong == 0) curves[{r.traffic.op.value(), r.traffic.ranks}].push_back(&r);
+    if (r.label == "uniform" && r.wrong == 0)
+      curves[{r.traffic.op.value(), r.traffic.ranks, r.inter_node}].push_back(&r);
+  const std::string who = m.ranks > 1
+                              ? std::to_string(m.ranks) + " processes (one per GPU) on " + std::to_string(m.nodes) +
+                                    " node" + (m.nodes > 1 ? "s" : "") + ", median over the ranks of each rank's median"
+                              : "";
   for (auto& [key, records] : curves) {
     std::sort(records.begin(), records.end(), [](auto* a, auto* b) { return a->traffic.bytes < b->traffic.bytes; });
     models::CollectiveCurve c;
-    c.op = key.first;
-    c.ranks = key.second;
-    c.scope = "intra_node";
+    c.op = std::get<0>(key);
+    c.ranks = std::get<1>(key);
+    c.scope = std::get<2>(key) ? "inter_node" : "intra_node";
     for (const CollectiveRecord* r : records) {
       if (!c.bytes.empty() && c.bytes.back() >= r->traffic.bytes) continue;
       c.bytes.push_back(r->traffic.bytes);
@@ -171,8 +183,14 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
     }
     if (c.bytes.size() < 2) continue;
     c.time = monotone(c.time);
-    c.provenance = measured(o, "NCCL " + d.nccl_version + ", one process driving " + std::to_string(c.ranks) +
-                                   " GPUs, median time, nccl-tests sizes; sizes with #wrong > 0 dropped");
+    c.provenance = measured(
+        o, "NCCL " + d.nccl_version + ", " +
+               (m.ranks > 1
+                    ? who + (c.op == models::CollectiveOp::kSendRecv
+                                 ? " (send/recv: rank 0 and rank " + std::to_string(records.front()->traffic.peer) + ")"
+                                 : "")
+                    : "one process driving " + std::to_string(c.ranks) + " GPUs, median time") +
+               ", nccl-tests sizes; sizes with #wrong > 0 dropped");
     p.collectives.push_back(std::move(c));
   }
 
@@ -180,12 +198,15 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
   p.nvlink = {};
   p.pcie = {};
   p.nic = {};
-  if (auto it = curves.find({models::CollectiveOp::kSendRecv, 2}); it != curves.end() && it->second.size() >= 2) {
+  if (auto it = curves.find({models::CollectiveOp::kSendRecv, 2, false});
+      it != curves.end() && it->second.size() >= 2) {
     const CollectiveRecord* largest = it->second.back();
     const double nominal = d.compute_capability >= 90 ? 450e9 : 300e9;  // per direction
     p.nvlink.bandwidth_efficiency = std::clamp(largest->algbw() / nominal, 1e-3, 1.0);
     p.nvlink.latency = it->second.front()->time.median;
-    p.nvlink.provenance = measured(o, "send_recv between 2 GPUs: largest size's algbw / nominal per direction; latency = the smallest size's time");
+    p.nvlink.provenance = measured(o,
+                                   "send_recv between 2 GPUs of a node: largest size's algbw / nominal per direction; "
+                                   "latency = the smallest size's time");
   }
   for (const TrafficRecord& t : m.traffic)
     if (t.traffic.kind == "copy_engine" && d.pcie_generation > 0 && d.pcie_width > 0 && t.time.median > 0) {
@@ -234,9 +255,10 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
       }
   }
   if (!p.contention.points.empty()) {
-    const std::string how = m.device.gpu_count > 1
-                                ? "GEMM on one stream, NCCL collective on another"
-                                : "GEMM on one stream, an SM copy kernel on 16 CTAs (as NCCL's channels) on another";
+    const std::string how =
+        m.device.gpu_count > 1
+            ? "GEMM on one stream, NCCL collective on another" + (m.ranks > 1 ? "; " + who : std::string())
+            : "GEMM on one stream, an SM copy kernel on 16 CTAs (as NCCL's channels) on another";
     const std::string check = not_overlapped == 0 ? "every point overlapped (event timestamps)"
                                                   : std::to_string(not_overlapped) + " points overlapped less than 90%";
     p.contention.provenance = measured(o, how + "; GEMM time overlapped / alone, clamped at 1; " + check);
@@ -348,10 +370,15 @@ std::filesystem::path default_raw_path(const std::filesystem::path& profile_path
 
 void write_outputs(const models::Profile& profile, const Measurements& m, const std::filesystem::path& profile_path,
                    const std::filesystem::path& raw_path, bool overwrite) {
+  write_outputs(profile, measurements_to_json(m), profile_path, raw_path, overwrite);
+}
+
+void write_outputs(const models::Profile& profile, const nlohmann::json& raw, const std::filesystem::path& profile_path,
+                   const std::filesystem::path& raw_path, bool overwrite) {
   common::check_can_write(profile_path, overwrite);
   common::check_can_write(raw_path, overwrite);
   const std::string yaml = profile_text(profile, profile_path);
-  common::write_file_atomic(raw_path, measurements_to_json(m).dump(2) + "\n", overwrite);
+  common::write_file_atomic(raw_path, raw.dump(2) + "\n", overwrite);
   common::write_file_atomic(profile_path, yaml, overwrite);
 }
 

@@ -39,6 +39,9 @@ std::string profile_text(const models::Profile& profile, const std::filesystem::
 // existing file (both are checked before either is written).
 void write_outputs(const models::Profile& profile, const Measurements& m, const std::filesystem::path& profile_path,
                    const std::filesystem::path& raw_path, bool overwrite);
+// The same with the raw JSON given (a cluster run's, which adds every rank's records and the spread).
+void write_outputs(const models::Profile& profile, const nlohmann::json& raw, const std::filesystem::path& profile_path,
+                   const std::filesystem::path& raw_path, bool overwrite);
 std::filesystem::path default_raw_path(const std::filesystem::path& profile_path);  // x.yaml -> x.raw.json
 
 }  // namespace moesim::calibrate

@@ -1,7 +1,9 @@
 // moesim-calibrate: a thin main over calibrate/cli.hpp. Signals only set a flag: the runner stops at
-// the next measurement and the device's destructor restores any power limit or clock it changed.
+// the next measurement and the device's destructor restores any power limit or clock it changed. In a
+// cluster run a step blocked by a dead peer even after its communication was aborted ends the process.
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -10,7 +12,12 @@
 
 namespace moesim::calibrate {
 CliEnvironment default_environment(std::function<bool()> interrupted) {
-  return {[](const DeviceRequest& r) { return open_device(r); }, [] { return list_devices(); }, std::move(interrupted), build_description()};
+  return {[](const DeviceRequest& r) { return open_device(r); },
+          [] { return list_devices(); },
+          std::move(interrupted),
+          build_description(),
+          process_environment(),
+          [](int code) { std::_Exit(code); }};
 }
 }  // namespace moesim::calibrate
 

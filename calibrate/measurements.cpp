@@ -4,6 +4,8 @@
 #include <ctime>
 
 #include "common/build_info.hpp"
+#include "common/error.hpp"
+#include "common/strings.hpp"
 #include "models/profile.hpp"
 
 namespace moesim::calibrate {
@@ -53,6 +55,7 @@ json traffic_json(const Traffic& t) {
   json j = {{"kind", t.kind}, {"bytes", t.bytes}, {"ranks", t.ranks}, {"ctas", t.ctas}};
   if (t.op) j["op"] = models::collective_op_name(*t.op);
   if (!t.traffic_matrix.empty()) j["traffic_matrix"] = t.traffic_matrix;
+  if (t.op == models::CollectiveOp::kSendRecv) j["peer"] = t.peer;
   return j;
 }
 json power_json(const PowerRecord& p) {
@@ -88,6 +91,7 @@ json measurements_to_json(const Measurements& m) {
                   {"plan", m.plan},
                   {"started", m.started},
                   {"finished", m.finished}};
+  if (m.ranks > 1) j["merged"] = {{"ranks", m.ranks}, {"nodes", m.nodes}};
   j["device"] = {{"name", d.name},
                  {"index", d.index},
                  {"gpu_count", d.gpu_count},
@@ -131,7 +135,8 @@ json measurements_to_json(const Measurements& m) {
                  {"time", summary_json(r.time)},
                  {"algbw_GBps", r.algbw() / 1e9},
                  {"busbw_GBps", r.busbw() / 1e9},
-                 {"wrong", r.wrong}});
+                 {"wrong", r.wrong},
+                 {"scope", r.inter_node ? "inter_node" : "intra_node"}});
   json& t = j["traffic"] = json::array();
   for (const TrafficRecord& r : m.traffic)
     t.push_back({{"traffic", traffic_json(r.traffic)},
@@ -163,6 +168,159 @@ json measurements_to_json(const Measurements& m) {
   json& ps = j["power_sweep"] = json::array();
   for (const PowerRecord& r : m.power_sweep) ps.push_back(power_json(r));
   return j;
+}
+
+namespace {
+
+Summary summary_from(const json& j) {
+  Summary s;
+  s.count = j.at("count").get<int>();
+  s.median = j.at("median_s").get<double>();
+  s.p10 = j.at("p10_s").get<double>();
+  s.p90 = j.at("p90_s").get<double>();
+  s.min = j.at("min_s").get<double>();
+  s.max = j.at("max_s").get<double>();
+  s.mean = j.at("mean_s").get<double>();
+  s.cv = j.at("cv").get<double>();
+  return s;
+}
+models::Dtype dtype_from(const json& j) {
+  const std::string name = j.get<std::string>();
+  const std::optional<models::Dtype> d = common::enum_from_name<models::Dtype>(models::kDtypes, name);
+  if (!d) throw common::RunError("unknown dtype \"" + name + "\"");
+  return *d;
+}
+GemmOp op_from(const json& j) {
+  return {dtype_from(j.at("dtype")), j.at("m").get<long>(), j.at("n").get<long>(), j.at("k").get<long>()};
+}
+GemmWork work_from(const json& j) {
+  GemmWork w;
+  for (const json& o : j) w.push_back(op_from(o));
+  return w;
+}
+std::optional<models::CollectiveOp> collective_from(const std::string& name) {
+  for (models::CollectiveOp op :
+       {models::CollectiveOp::kAllReduce, models::CollectiveOp::kAllGather, models::CollectiveOp::kReduceScatter,
+        models::CollectiveOp::kAllToAll, models::CollectiveOp::kSendRecv})
+    if (models::collective_op_name(op) == name) return op;
+  throw common::RunError("unknown collective \"" + name + "\"");
+}
+Traffic traffic_from(const json& j) {
+  Traffic t;
+  t.kind = j.at("kind").get<std::string>();
+  t.bytes = j.at("bytes").get<double>();
+  t.ranks = j.at("ranks").get<int>();
+  t.ctas = j.at("ctas").get<int>();
+  if (j.contains("op")) t.op = collective_from(j.at("op").get<std::string>());
+  if (j.contains("traffic_matrix")) t.traffic_matrix = j.at("traffic_matrix").get<std::vector<double>>();
+  if (j.contains("peer")) t.peer = j.at("peer").get<int>();
+  return t;
+}
+PowerRecord power_from(const json& j) {
+  PowerRecord p;
+  p.state.state = j.at("state").get<std::string>();
+  if (!j.at("dtype").get<std::string>().empty()) p.state.dtype = dtype_from(j.at("dtype"));
+  p.state.gemm = work_from(j.at("gemm"));
+  if (!j.at("traffic").is_null()) p.state.traffic = traffic_from(j.at("traffic"));
+  p.state.seconds = j.at("seconds").get<double>();
+  p.power_limit = j.at("power_limit_W").get<double>();
+  p.clock_limit = j.at("sm_clock_limit_Hz").get<double>();
+  p.run.seconds = j.at("seconds").get<double>();
+  p.run.energy = j.at("energy_J").get<double>();
+  p.run.average_power = j.at("average_power_W").get<double>();
+  p.run.sampled_power = j.at("sampled_power_W").get<double>();
+  p.run.sm_clock = j.at("sm_clock_Hz").get<double>();
+  p.run.mem_clock = j.at("mem_clock_Hz").get<double>();
+  p.run.temperature = j.at("temperature_C").get<double>();
+  p.run.work_rate = j.at("gemm_flops_per_s").get<double>();
+  p.run.energy_counter = j.at("energy_counter").get<bool>();
+  return p;
+}
+
+}  // namespace
+
+Measurements measurements_from_json(const json& j) {
+  try {
+    Measurements m;
+    const json& c = j.at("context");
+    m.plan = c.at("plan").get<std::string>();
+    m.started = c.at("started").get<std::string>();
+    m.finished = c.at("finished").get<std::string>();
+    const json& d = j.at("device");
+    DeviceInfo& i = m.device;
+    i.build = c.at("build").get<std::string>();
+    i.name = d.at("name").get<std::string>();
+    i.index = d.at("index").get<int>();
+    i.gpu_count = d.at("gpu_count").get<int>();
+    i.sm_count = d.at("sm_count").get<int>();
+    i.compute_capability = d.at("compute_capability").get<int>();
+    i.memory = d.at("memory_bytes").get<double>();
+    i.l2_bytes = d.at("l2_bytes").get<double>();
+    i.max_sm_clock = d.at("max_sm_clock_Hz").get<double>();
+    i.max_mem_clock = d.at("max_mem_clock_Hz").get<double>();
+    i.power_limit = d.at("power_limit_W").get<double>();
+    i.default_power_limit = d.at("default_power_limit_W").get<double>();
+    i.min_power_limit = d.at("min_power_limit_W").get<double>();
+    i.max_power_limit = d.at("max_power_limit_W").get<double>();
+    i.pcie_generation = d.at("pcie_generation").get<int>();
+    i.pcie_width = d.at("pcie_width").get<int>();
+    i.pci_bus_id = d.at("pci_bus_id").get<std::string>();
+    i.driver = d.at("driver").get<std::string>();
+    i.cuda_runtime = d.at("cuda_runtime").get<std::string>();
+    i.cuda_driver_api = d.at("cuda_driver_api").get<std::string>();
+    i.cublaslt = d.at("cublaslt").get<std::string>();
+    i.cublaslt_path = d.at("cublaslt_path").get<std::string>();
+    i.nccl_version = d.at("nccl").get<std::string>();
+    i.nccl = !i.nccl_version.empty();
+    i.nccl_path = d.at("nccl_path").get<std::string>();
+    i.nvml_path = d.at("nvml_path").get<std::string>();
+    i.host = d.at("host").get<std::string>();
+    i.nvml = !j.at("power").empty();
+    if (j.contains("merged")) {
+      m.ranks = j.at("merged").at("ranks").get<int>();
+      m.nodes = j.at("merged").at("nodes").get<int>();
+    }
+    for (const json& r : j.at("gemm"))
+      m.gemms.push_back(
+          {op_from(r.at("op")), r.at("samples_s").get<std::vector<double>>(), summary_from(r.at("time"))});
+    for (const json& r : j.at("grouped_gemm"))
+      m.grouped.push_back({r.at("label").get<std::string>(), work_from(r.at("work")),
+                           r.at("samples_s").get<std::vector<double>>(), summary_from(r.at("time")),
+                           r.at("singles_sum_s").get<double>()});
+    for (const json& r : j.at("collectives"))
+      m.collectives.push_back({traffic_from(r.at("traffic")), r.at("label").get<std::string>(),
+                               r.at("samples_s").get<std::vector<double>>(), summary_from(r.at("time")),
+                               r.at("wrong").get<long>(), r.value("scope", std::string("intra_node")) == "inter_node"});
+    for (const json& r : j.at("traffic"))
+      m.traffic.push_back(
+          {traffic_from(r.at("traffic")), r.at("samples_s").get<std::vector<double>>(), summary_from(r.at("time"))});
+    for (const json& r : j.at("contention")) {
+      ContentionRecord k;
+      k.gemm = work_from(r.at("gemm"));
+      k.dtype = k.gemm.empty() ? models::Dtype::kBf16 : k.gemm.front().dtype;
+      k.traffic = traffic_from(r.at("traffic"));
+      const std::string grid = r.at("grid").get<std::string>();
+      k.in_grid = !grid.empty();
+      if (k.in_grid && grid != "any") k.comm_op = collective_from(grid);
+      const json& s = r.at("samples_s");
+      k.run.gemm_alone = s.at("gemm_alone").get<std::vector<double>>();
+      k.run.gemm_overlapped = s.at("gemm_overlapped").get<std::vector<double>>();
+      k.run.comm_alone = s.at("comm_alone").get<std::vector<double>>();
+      k.run.comm_overlapped = s.at("comm_overlapped").get<std::vector<double>>();
+      k.run.gemm_overlap = r.at("gemm_overlap_fraction").get<double>();
+      k.run.comm_overlap = r.at("comm_overlap_fraction").get<double>();
+      k.gemm_alone = summary_from(r.at("gemm_alone"));
+      k.gemm_overlapped = summary_from(r.at("gemm_overlapped"));
+      k.comm_alone = summary_from(r.at("comm_alone"));
+      k.comm_overlapped = summary_from(r.at("comm_overlapped"));
+      m.contention.push_back(std::move(k));
+    }
+    for (const json& r : j.at("power")) m.power.push_back(power_from(r));
+    for (const json& r : j.at("power_sweep")) m.power_sweep.push_back(power_from(r));
+    return m;
+  } catch (const json::exception& e) {
+    throw common::RunError(std::string("cannot read a rank's measurements: ") + e.what());
+  }
 }
 
 }  // namespace moesim::calibrate

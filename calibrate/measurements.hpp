@@ -32,6 +32,7 @@ struct CollectiveRecord {
   std::vector<double> samples;
   Summary time;
   long wrong = 0;
+  bool inter_node = false;  // its ranks span several nodes
   double algbw() const;
   double busbw() const;
 };
@@ -71,10 +72,15 @@ struct Measurements {
   std::vector<ContentionRecord> contention;
   std::vector<PowerRecord> power;        // the states, as found
   std::vector<PowerRecord> power_sweep;  // under power or clock limits (when allowed)
+  int ranks = 1;  // processes whose measurements were merged (calibrate/merge.hpp); 1: one process
+  int nodes = 1;
 };
 
 // The raw JSON: a context block (tool, build, device, libraries), schema_version and every sample.
 nlohmann::json measurements_to_json(const Measurements& m);
+// The inverse (the ranks of a cluster run send their records to rank 0 this way); RunError naming the
+// field on a document it cannot read.
+Measurements measurements_from_json(const nlohmann::json& j);
 std::string utc_now();
 
 }  // namespace moesim::calibrate

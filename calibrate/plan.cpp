@@ -189,17 +189,38 @@ Plan make_plan(const PlanOptions& o) {
 
   SizeRange range = o.sizes ? *o.sizes : (quick ? SizeRange{1024.0, 268435456.0, 4.0} : SizeRange{1024.0, 1073741824.0, 2.0});
   const std::vector<double> sizes = expand_sizes(range);
+  if (!o.node_of_rank.empty() && o.node_of_rank.size() != static_cast<std::size_t>(o.gpus))
+    throw UsageError("the cluster layout names " + std::to_string(o.node_of_rank.size()) + " ranks for " +
+                     std::to_string(o.gpus) + " GPUs");
   if (o.gpus >= 2) {
+    const bool inter = std::set<int>(o.node_of_rank.begin(), o.node_of_rank.end()).size() > 1;
     for (CollectiveOp op :
          {CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter, CollectiveOp::kAllToAll})
-      plan.collectives.push_back({Traffic{"nccl", op, sizes.front(), o.gpus, 0, {}}, sizes, "uniform"});
+      plan.collectives.push_back({Traffic{"nccl", op, sizes.front(), o.gpus, 0, {}, 1}, sizes, "uniform", inter});
     std::vector<double> matrix = o.traffic_matrix.empty() ? default_matrix(o.gpus) : o.traffic_matrix;
     plan.collectives.push_back(
-        {Traffic{"nccl", CollectiveOp::kAllToAll, sizes.front(), o.gpus, 0, matrix}, sizes, "matrix"});
-    plan.collectives.push_back({Traffic{"nccl", CollectiveOp::kSendRecv, sizes.front(), 2, 0, {}}, sizes, "uniform"});
+        {Traffic{"nccl", CollectiveOp::kAllToAll, sizes.front(), o.gpus, 0, matrix, 1}, sizes, "matrix", inter});
+    auto send_recv = [&](int peer, bool across) {
+      plan.collectives.push_back(
+          {Traffic{"nccl", CollectiveOp::kSendRecv, sizes.front(), 2, 0, {}, peer}, sizes, "uniform", across});
+    };
+    if (o.node_of_rank.empty()) {
+      send_recv(1, false);
+    } else {
+      for (int r = 1; r < o.gpus; ++r)
+        if (o.node_of_rank[static_cast<std::size_t>(r)] == o.node_of_rank[0]) {
+          send_recv(r, false);
+          break;
+        }
+      for (int r = 1; r < o.gpus; ++r)
+        if (o.node_of_rank[static_cast<std::size_t>(r)] != o.node_of_rank[0]) {
+          send_recv(r, true);
+          break;
+        }
+    }
   }
-  plan.single_gpu_traffic.push_back({"copy_kernel", std::nullopt, 1073741824.0, 1, 0, {}});
-  plan.single_gpu_traffic.push_back({"copy_engine", std::nullopt, 268435456.0, 1, 0, {}});
+  plan.single_gpu_traffic.push_back({"copy_kernel", std::nullopt, 1073741824.0, 1, 0, {}, 1});
+  plan.single_gpu_traffic.push_back({"copy_engine", std::nullopt, 268435456.0, 1, 0, {}, 1});
 
   // Contention grid: GEMMs of about 1e10..1e12 FLOP against traffic of a few MB to 256 MB.
   const Dtype cdtype = group_dtype;
@@ -216,25 +237,25 @@ Plan make_plan(const PlanOptions& o) {
       // is NCCL's usual 16 channels.
       if (o.gpus >= 2) {
         for (CollectiveOp op : {CollectiveOp::kAllToAll, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter})
-          add_point(Traffic{"nccl", op, b, o.gpus, c, {}}, true, op);
+          add_point(Traffic{"nccl", op, b, o.gpus, c, {}, 1}, true, op);
       } else {
-        add_point(Traffic{"copy_kernel", std::nullopt, b, 1, c, {}}, true, std::nullopt);
+        add_point(Traffic{"copy_kernel", std::nullopt, b, 1, c, {}, 1}, true, std::nullopt);
       }
     }
   // The copy engine holds no SM: its grid is the zero-SM class.
   if (o.gpus == 1 && !quick)
-    for (double b : comm_bytes) add_point(Traffic{"copy_engine", std::nullopt, b, 1, 0, {}}, true, std::nullopt);
+    for (double b : comm_bytes) add_point(Traffic{"copy_engine", std::nullopt, b, 1, 0, {}, 1}, true, std::nullopt);
   // The dtype sweep (raw JSON): the same GEMMs in the other tensor-core dtypes against the middle size.
   if (!quick) {
-    const Traffic mid = o.gpus >= 2 ? Traffic{"nccl", CollectiveOp::kAllToAll, comm_bytes[1], o.gpus, 16, {}}
-                                    : Traffic{"copy_kernel", std::nullopt, comm_bytes[1], 1, 16, {}};
+    const Traffic mid = o.gpus >= 2 ? Traffic{"nccl", CollectiveOp::kAllToAll, comm_bytes[1], o.gpus, 16, {}, 1}
+                                    : Traffic{"copy_kernel", std::nullopt, comm_bytes[1], 1, 16, {}, 1};
     for (const Dtype d : plan.dtypes)
       if (d != cdtype && d != Dtype::kFp32)
         for (long m : gemm_m) plan.contention.push_back({{GemmOp{d, m, 4096, 4096}}, d, mid, false, std::nullopt});
   }
 
-  const Traffic comm_state = o.gpus >= 2 ? Traffic{"nccl", CollectiveOp::kAllReduce, 268435456.0, o.gpus, 0, {}}
-                                         : Traffic{"copy_kernel", std::nullopt, 268435456.0, 1, 16, {}};
+  const Traffic comm_state = o.gpus >= 2 ? Traffic{"nccl", CollectiveOp::kAllReduce, 268435456.0, o.gpus, 0, {}, 1}
+                                         : Traffic{"copy_kernel", std::nullopt, 268435456.0, 1, 16, {}, 1};
   plan.power_state_seconds = 1.0;
   plan.power.push_back({"idle", std::nullopt, {}, {}, plan.power_state_seconds});
   plan.power.push_back({"communication", std::nullopt, {}, comm_state, plan.power_state_seconds});

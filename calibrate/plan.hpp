@@ -49,6 +49,7 @@ struct CollectiveCase {
   Traffic traffic;  // bytes: the first size; the case runs every size in `sizes`
   std::vector<double> sizes;
   std::string label;  // "uniform", "matrix"
+  bool inter_node = false;  // its ranks span several nodes (the profile's scope inter_node)
 };
 struct ContentionCase {
   GemmWork gemm;
@@ -68,6 +69,10 @@ struct PlanOptions {
   bool fp8_supported = true;
   bool allow_set_power_limit = false;
   bool allow_set_clocks = false;
+  // One process per GPU (calibrate/cluster.hpp): the node of each rank, `gpus` entries; empty: one
+  // process drives `gpus` GPUs of one node. Send/recv then pairs rank 0 with the next rank of its
+  // node (NVLink) and with the first rank of another node (the NIC).
+  std::vector<int> node_of_rank;
 };
 
 struct Plan {

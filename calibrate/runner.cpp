@@ -23,7 +23,14 @@ PowerState sweep_state(const Plan& plan) {
 
 }  // namespace
 
-Measurements run_plan(Device& device, const Plan& plan, std::ostream& log, const std::function<bool()>& interrupted) {
+Measurements run_plan(Device& device, const Plan& plan, std::ostream& log, const std::function<bool()>& interrupted,
+                      const PeerStep& with_peers) {
+  auto shared = [&](const Traffic& t, const std::string& label, const std::function<void()>& step) {
+    if (with_peers && t.kind == "nccl")
+      with_peers(label, step);
+    else
+      step();
+  };
   Measurements m;
   m.device = device.info();
   m.plan = plan_kind_name(plan.kind);
@@ -78,8 +85,13 @@ Measurements run_plan(Device& device, const Plan& plan, std::ostream& log, const
       check(interrupted);
       Traffic t = c.traffic;
       t.bytes = bytes;
-      const CollectiveRun run = device.time_collective(t, plan.comm_timing);
-      CollectiveRecord r{t, c.label, run.times, summarize(run.times), run.wrong};
+      CollectiveRun run;
+      shared(t,
+             "collective " + traffic_label(t) + " " + c.label +
+                 (t.op == models::CollectiveOp::kSendRecv ? " ranks 0-" + std::to_string(t.peer) : std::string()) +
+                 ", " + std::to_string(static_cast<long long>(bytes)) + " B",
+             [&] { run = device.time_collective(t, plan.comm_timing); });
+      CollectiveRecord r{t, c.label, run.times, summarize(run.times), run.wrong, c.inter_node};
       print_collective_row(log, r);
       m.collectives.push_back(std::move(r));
     }
@@ -103,7 +115,10 @@ Measurements run_plan(Device& device, const Plan& plan, std::ostream& log, const
     r.in_grid = c.in_grid;
     r.comm_op = c.comm_op;
     try {
-      r.run = device.time_overlap(c.gemm, c.traffic, plan.gemm_timing);
+      shared(c.traffic,
+             "contention " + traffic_label(c.traffic) + " " + std::to_string(static_cast<long long>(c.traffic.bytes)) +
+                 " B x " + std::to_string(static_cast<long long>(work_flops(c.gemm))) + " FLOP",
+             [&] { r.run = device.time_overlap(c.gemm, c.traffic, plan.gemm_timing); });
     } catch (const UnsupportedError& e) {
       log << "  " << models::dtype_name(c.dtype) << " x " << traffic_label(c.traffic) << ": unsupported (" << e.what()
           << ")\n";
@@ -121,7 +136,9 @@ Measurements run_plan(Device& device, const Plan& plan, std::ostream& log, const
     print_power_header(log);
     for (const PowerState& s : plan.power) {
       check(interrupted);
-      PowerRecord r{s, device.measure_power(s), m.device.power_limit, 0.0};
+      PowerRecord r{s, {}, m.device.power_limit, 0.0};
+      shared(s.traffic, "power " + s.state + (s.dtype ? " " + models::dtype_name(*s.dtype) : std::string()),
+             [&] { r.run = device.measure_power(s); });
       print_power_row(log, r);
       m.power.push_back(std::move(r));
     }

@@ -1,14 +1,18 @@
 // The CUDA implementation of calibrate::Device: cuBLASLt GEMMs (grouped ones as one CUDA graph), NCCL
-// collectives driven by one process over the node's GPUs, copy-kernel and copy-engine traffic,
-// two-stream overlap with event timestamps, and NVML power, energy and clocks.
+// collectives driven by one process over the node's GPUs or, in a cluster run, by one process per GPU
+// (ncclCommInitRank with a unique id rank 0 sends over the launcher's TCP connections), copy-kernel and
+// copy-engine traffic, two-stream overlap with event timestamps, and NVML power, energy and clocks.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <numeric>
 #include <thread>
 
 #include "calibrate/cuda/check.hpp"
@@ -105,56 +109,95 @@ struct PinnedBuffer {
   }
 };
 
-// NCCL communicators over the first n GPUs with one CTA limit, their streams and buffers.
+// NCCL communicators with one CTA limit, their streams and buffers: either one process drives all n
+// ranks (rank i on GPU i), or this process is one rank of n (a cluster run, one GPU per process).
 struct Comms {
   const Nccl* nccl = nullptr;
-  int n = 0;
+  int n = 0;                // ranks in the communicator
+  int first_rank = 0;       // the global rank of local communicator 0
+  int home = 0;             // the device calls return to
+  std::vector<int> device;  // CUDA device of each local communicator
   std::vector<ncclComm_t> comm;
   std::vector<cudaStream_t> stream;
   std::vector<std::unique_ptr<DeviceBuffer>> send, recv, wrong;
+  bool aborted = false;
+  // One process, n GPUs.
   Comms(const Nccl& lib, int ranks, int max_ctas) : nccl(&lib), n(ranks) {
     ncclUniqueId id;
     MOESIM_NCCL(lib, ncclGetUniqueId(&id));
-    comm.resize(n);
-    stream.resize(n);
-    for (int r = 0; r < n; ++r) {
-      MOESIM_CUDA(cudaSetDevice(r));
-      MOESIM_CUDA(cudaStreamCreateWithFlags(&stream[r], cudaStreamNonBlocking));
+    std::vector<int> devices(static_cast<std::size_t>(ranks));
+    std::iota(devices.begin(), devices.end(), 0);
+    init(devices, 0, max_ctas, id);
+  }
+  // Rank `rank` of `ranks` processes on CUDA device `dev`; `id` came from rank 0.
+  Comms(const Nccl& lib, int ranks, int rank, int dev, int max_ctas, const ncclUniqueId& id) : nccl(&lib), n(ranks) {
+    init({dev}, rank, max_ctas, id);
+  }
+  Comms(const Comms&) = delete;
+  Comms& operator=(const Comms&) = delete;
+  ~Comms() {
+    for (std::size_t i = 0; i < comm.size(); ++i) {
+      cudaSetDevice(device[i]);
+      // After ncclCommAbort the communicator is gone and its stream may never drain.
+      if (!aborted) {
+        cudaStreamSynchronize(stream[i]);
+        if (comm[i]) nccl->ncclCommDestroy(comm[i]);
+      }
+      if (stream[i]) cudaStreamDestroy(stream[i]);
+    }
+    send.clear();
+    recv.clear();
+    wrong.clear();
+    cudaSetDevice(home);
+  }
+  int local() const { return static_cast<int>(comm.size()); }
+  int rank_of(int i) const { return first_rank + i; }
+  void sync() {
+    for (int i = 0; i < local(); ++i) {
+      MOESIM_CUDA(cudaSetDevice(device[static_cast<std::size_t>(i)]));
+      MOESIM_CUDA(cudaStreamSynchronize(stream[static_cast<std::size_t>(i)]));
+    }
+    MOESIM_CUDA(cudaSetDevice(home));
+  }
+  // From another thread: unblocks kernels waiting on a dead peer (NCCL's documented recovery).
+  void abort() {
+    if (aborted) return;
+    aborted = true;
+    for (ncclComm_t c : comm)
+      if (c) nccl->ncclCommAbort(c);
+  }
+
+ private:
+  void init(const std::vector<int>& devices, int first, int max_ctas, const ncclUniqueId& id) {
+    first_rank = first;
+    device = devices;
+    home = devices.front();
+    comm.assign(devices.size(), nullptr);
+    stream.assign(devices.size(), nullptr);
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      MOESIM_CUDA(cudaSetDevice(devices[i]));
+      MOESIM_CUDA(cudaStreamCreateWithFlags(&stream[i], cudaStreamNonBlocking));
       send.push_back(std::make_unique<DeviceBuffer>());
       recv.push_back(std::make_unique<DeviceBuffer>());
       wrong.push_back(std::make_unique<DeviceBuffer>());
       wrong.back()->reserve(sizeof(unsigned long long));
     }
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    if (max_ctas > 0) config.maxCTAs = max_ctas;
-    MOESIM_NCCL(lib, ncclGroupStart());
-    for (int r = 0; r < n; ++r) {
-      MOESIM_CUDA(cudaSetDevice(r));
-      MOESIM_NCCL(lib, ncclCommInitRankConfig(&comm[r], n, id, r, &config));
+    const Nccl& lib = *nccl;
+    if (devices.size() == 1 && max_ctas <= 0) {
+      // One rank per process, NCCL's defaults: the plain multi-process call.
+      MOESIM_CUDA(cudaSetDevice(devices[0]));
+      MOESIM_NCCL(lib, ncclCommInitRank(&comm[0], n, id, first));
+    } else {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      if (max_ctas > 0) config.maxCTAs = max_ctas;
+      MOESIM_NCCL(lib, ncclGroupStart());
+      for (std::size_t i = 0; i < devices.size(); ++i) {
+        MOESIM_CUDA(cudaSetDevice(devices[i]));
+        MOESIM_NCCL(lib, ncclCommInitRankConfig(&comm[i], n, id, first + static_cast<int>(i), &config));
+      }
+      MOESIM_NCCL(lib, ncclGroupEnd());
     }
-    MOESIM_NCCL(lib, ncclGroupEnd());
-    MOESIM_CUDA(cudaSetDevice(0));
-  }
-  Comms(const Comms&) = delete;
-  Comms& operator=(const Comms&) = delete;
-  ~Comms() {
-    for (int r = 0; r < n; ++r) {
-      cudaSetDevice(r);
-      cudaStreamSynchronize(stream[r]);
-      nccl->ncclCommDestroy(comm[r]);
-      cudaStreamDestroy(stream[r]);
-    }
-    send.clear();
-    recv.clear();
-    wrong.clear();
-    cudaSetDevice(0);
-  }
-  void sync() {
-    for (int r = 0; r < n; ++r) {
-      MOESIM_CUDA(cudaSetDevice(r));
-      MOESIM_CUDA(cudaStreamSynchronize(stream[r]));
-    }
-    MOESIM_CUDA(cudaSetDevice(0));
+    MOESIM_CUDA(cudaSetDevice(home));
   }
 };
 
@@ -185,6 +228,7 @@ class CudaDevice final : public Device {
   PowerRun measure_power(const PowerState& state) override;
   void set_power_limit(double watts) override;
   void set_sm_clock_limit(double hertz) override;
+  void abort_communication() override;
 
  private:
   struct Prepared {
@@ -207,9 +251,13 @@ class CudaDevice final : public Device {
   void destroy(PreparedWork& w);
   void launch_work(PreparedWork& w, int iteration, cudaStream_t s);
   Launch traffic_launch(const Traffic& t, cudaStream_t& stream);
-  Comms& comms(int ranks, int ctas);
+  Comms& comms(const Traffic& t);
   void launch_collective(Comms& c, const Traffic& t);
-  std::vector<double> time_launches(const Launch& launch, const Timing& timing, cudaStream_t s);
+  // `shared`: the launches are collectives of a cluster run, so every rank must run as many: the probe
+  // that sizes a sample is agreed (the largest over the ranks).
+  std::vector<double> time_launches(const Launch& launch, const Timing& timing, cudaStream_t s, bool shared = false);
+  bool cluster() const { return request_.cluster.world > 1; }
+  double agree(double value) const { return cluster() && request_.cluster.max ? request_.cluster.max(value) : value; }
   float elapsed(cudaEvent_t a, cudaEvent_t b);
   void restore();
 
@@ -226,6 +274,8 @@ class CudaDevice final : public Device {
   PinnedBuffer host_;
   std::size_t workspace_bytes_ = 64u << 20;
   std::map<std::pair<int, int>, std::unique_ptr<Comms>> comms_;
+  std::mutex comms_mutex_;  // abort_communication runs on the watchdog's thread
+  int device_ = 0;          // this process's GPU (its local rank in a cluster run, else 0)
   unsigned original_power_mw_ = 0;
   bool power_changed_ = false, clocks_changed_ = false;
   unsigned long long seed_ = 1;
@@ -237,23 +287,34 @@ CudaDevice::CudaDevice(const DeviceRequest& request) : request_(request) {
   if (count < request.gpus)
     throw common::RunError("--gpus " + std::to_string(request.gpus) + " asked for, but this machine has " +
                            std::to_string(count) + " GPU" + (count == 1 ? "" : "s"));
-  MOESIM_CUDA(cudaSetDevice(0));
+  if (request.cluster.world > 1) {
+    // A process that sees one GPU (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank) uses it;
+    // one that sees the whole node takes the GPU of its local rank.
+    device_ = count == 1 ? 0 : request.cluster.local_rank;
+    if (device_ >= count)
+      throw common::RunError("local rank " + std::to_string(request.cluster.local_rank) + " but this process sees " +
+                             std::to_string(count) +
+                             " GPUs: start at most one process per GPU on each node, or give "
+                             "each process one GPU (CUDA_VISIBLE_DEVICES, srun --gpus-per-task=1)");
+  }
+  MOESIM_CUDA(cudaSetDevice(device_));
   cudaDeviceProp prop{};
-  MOESIM_CUDA(cudaGetDeviceProperties(&prop, 0));
+  MOESIM_CUDA(cudaGetDeviceProperties(&prop, device_));
   info_.name = prop.name;
+  info_.index = device_;
   info_.gpu_count = request.gpus;
   info_.sm_count = prop.multiProcessorCount;
   info_.compute_capability = prop.major * 10 + prop.minor;
   info_.memory = static_cast<double>(prop.totalGlobalMem);
   info_.l2_bytes = static_cast<double>(prop.l2CacheSize);
   int clock_khz = 0, mem_khz = 0;
-  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
-  cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0);
+  cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, device_);
+  cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device_);
   info_.max_sm_clock = clock_khz * 1e3;
   info_.max_mem_clock = mem_khz * 1e3;
   info_.fp8 = info_.compute_capability >= 89;
   char bus[32] = {};
-  MOESIM_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus, 0));
+  MOESIM_CUDA(cudaDeviceGetPCIBusId(bus, sizeof bus, device_));
   info_.pci_bus_id = bus;
   int rt = 0, drv = 0;
   MOESIM_CUDA(cudaRuntimeGetVersion(&rt));
@@ -263,7 +324,7 @@ CudaDevice::CudaDevice(const DeviceRequest& request) : request_(request) {
   const std::size_t v = lt_.cublasLtGetVersion();
   info_.cublaslt = std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100);
   info_.cublaslt_path = lt_.lib.path();
-  nccl_ = std::make_unique<Nccl>(request.gpus > 1);
+  nccl_ = std::make_unique<Nccl>(request.gpus > 1 || request.cluster.world > 1);
   if (nccl_->lib.loaded()) {
     int nv = 0;
     MOESIM_NCCL(*nccl_, ncclGetVersion(&nv));
@@ -433,14 +494,15 @@ void CudaDevice::launch_work(PreparedWork& w, int iteration, cudaStream_t s) {
   }
 }
 
-std::vector<double> CudaDevice::time_launches(const Launch& launch, const Timing& timing, cudaStream_t s) {
+std::vector<double> CudaDevice::time_launches(const Launch& launch, const Timing& timing, cudaStream_t s, bool shared) {
   int it = 0;
   for (int i = 0; i < timing.warmup; ++i) launch(it++);
   MOESIM_CUDA(cudaEventRecord(ev_[0], s));
   launch(it++);
   MOESIM_CUDA(cudaEventRecord(ev_[1], s));
   MOESIM_CUDA(cudaEventSynchronize(ev_[1]));
-  const double probe = std::max(1e-7, elapsed(ev_[0], ev_[1]) * 1e-3);
+  double probe = std::max(1e-7, elapsed(ev_[0], ev_[1]) * 1e-3);
+  if (shared) probe = agree(probe);
   const int inner = timing.inner > 0 ? timing.inner
                                      : static_cast<int>(std::clamp(std::ceil(timing.min_sample / probe), 1.0, 1000.0));
   std::vector<double> out;
@@ -468,11 +530,42 @@ std::vector<double> CudaDevice::time_gemm(const GemmWork& work, const Timing& ti
   }
 }
 
-Comms& CudaDevice::comms(int ranks, int ctas) {
+Comms& CudaDevice::comms(const Traffic& t) {
   if (!nccl_ || !nccl_->lib.loaded()) throw UnsupportedError(nccl_ ? nccl_->lib.failure() : "NCCL not loaded");
-  auto& c = comms_[{ranks, ctas}];
-  if (!c) c = std::make_unique<Comms>(*nccl_, ranks, ctas);
-  return *c;
+  const int ranks = cluster() ? request_.cluster.world : std::max(t.ranks, info_.gpu_count);
+  {
+    std::lock_guard<std::mutex> lock(comms_mutex_);
+    auto it = comms_.find({ranks, t.ctas});
+    if (it != comms_.end()) return *it->second;
+  }
+  std::unique_ptr<Comms> c;
+  if (cluster()) {
+    // Every communicator needs its own id: rank 0 makes it, the launcher's connections carry it.
+    ncclUniqueId id;
+    std::string bytes;
+    if (request_.cluster.rank == 0) {
+      MOESIM_NCCL(*nccl_, ncclGetUniqueId(&id));
+      bytes.assign(reinterpret_cast<const char*>(&id), sizeof id);
+    }
+    if (!request_.cluster.broadcast) throw common::RunError("a cluster run without a way to exchange NCCL's unique id");
+    bytes = request_.cluster.broadcast(bytes);
+    if (bytes.size() != sizeof id)
+      throw common::RunError("rank 0 sent an NCCL unique id of " + std::to_string(bytes.size()) + " bytes, expected " +
+                             std::to_string(sizeof id));
+    std::memcpy(&id, bytes.data(), sizeof id);
+    c = std::make_unique<Comms>(*nccl_, ranks, request_.cluster.rank, device_, t.ctas, id);
+  } else {
+    c = std::make_unique<Comms>(*nccl_, ranks, t.ctas);
+  }
+  std::lock_guard<std::mutex> lock(comms_mutex_);
+  auto& slot = comms_[{ranks, t.ctas}];
+  slot = std::move(c);
+  return *slot;
+}
+
+void CudaDevice::abort_communication() {
+  std::lock_guard<std::mutex> lock(comms_mutex_);
+  for (auto& [key, c] : comms_) c->abort();
 }
 
 void CudaDevice::launch_collective(Comms& c, const Traffic& t) {
@@ -480,47 +573,50 @@ void CudaDevice::launch_collective(Comms& c, const Traffic& t) {
   const std::size_t elements = static_cast<std::size_t>(t.bytes) / 4;
   const int n = c.n;
   MOESIM_NCCL(nc, ncclGroupStart());
-  for (int r = 0; r < n; ++r) {
-    MOESIM_CUDA(cudaSetDevice(r));
-    float* send = reinterpret_cast<float*>(c.send[r]->p);
-    float* recv = reinterpret_cast<float*>(c.recv[r]->p);
+  for (int i = 0; i < c.local(); ++i) {
+    const int r = c.rank_of(i);  // the global rank
+    MOESIM_CUDA(cudaSetDevice(c.device[i]));
+    float* send = reinterpret_cast<float*>(c.send[i]->p);
+    float* recv = reinterpret_cast<float*>(c.recv[i]->p);
     if (t.op == models::CollectiveOp::kAllReduce) {
-      MOESIM_NCCL(nc, ncclAllReduce(send, recv, elements, ncclFloat, ncclSum, c.comm[r], c.stream[r]));
+      MOESIM_NCCL(nc, ncclAllReduce(send, recv, elements, ncclFloat, ncclSum, c.comm[i], c.stream[i]));
     } else if (t.op == models::CollectiveOp::kAllGather) {
-      MOESIM_NCCL(nc, ncclAllGather(send, recv, elements / n, ncclFloat, c.comm[r], c.stream[r]));
+      MOESIM_NCCL(nc, ncclAllGather(send, recv, elements / n, ncclFloat, c.comm[i], c.stream[i]));
     } else if (t.op == models::CollectiveOp::kReduceScatter) {
-      MOESIM_NCCL(nc, ncclReduceScatter(send, recv, elements / n, ncclFloat, ncclSum, c.comm[r], c.stream[r]));
+      MOESIM_NCCL(nc, ncclReduceScatter(send, recv, elements / n, ncclFloat, ncclSum, c.comm[i], c.stream[i]));
     } else if (t.op == models::CollectiveOp::kAllToAll) {
       const auto counts = a2a_counts(t, n, elements);
       std::size_t soff = 0, roff = 0;
       for (int p = 0; p < n; ++p) {
-        MOESIM_NCCL(nc, ncclSend(send + soff, counts[r][p], ncclFloat, p, c.comm[r], c.stream[r]));
-        MOESIM_NCCL(nc, ncclRecv(recv + roff, counts[p][r], ncclFloat, p, c.comm[r], c.stream[r]));
+        MOESIM_NCCL(nc, ncclSend(send + soff, counts[r][p], ncclFloat, p, c.comm[i], c.stream[i]));
+        MOESIM_NCCL(nc, ncclRecv(recv + roff, counts[p][r], ncclFloat, p, c.comm[i], c.stream[i]));
         soff += counts[r][p];
         roff += counts[p][r];
       }
     } else if (t.op == models::CollectiveOp::kSendRecv) {
-      if (r < 2) {
-        MOESIM_NCCL(nc, ncclSend(send, elements, ncclFloat, 1 - r, c.comm[r], c.stream[r]));
-        MOESIM_NCCL(nc, ncclRecv(recv, elements, ncclFloat, 1 - r, c.comm[r], c.stream[r]));
+      // Between rank 0 and t.peer (the next GPU of the node, or a GPU of another node).
+      if (r == 0 || r == t.peer) {
+        const int other = r == 0 ? t.peer : 0;
+        MOESIM_NCCL(nc, ncclSend(send, elements, ncclFloat, other, c.comm[i], c.stream[i]));
+        MOESIM_NCCL(nc, ncclRecv(recv, elements, ncclFloat, other, c.comm[i], c.stream[i]));
       }
     } else {
       throw common::UsageError("NCCL traffic without a collective op");
     }
   }
   MOESIM_NCCL(nc, ncclGroupEnd());
-  MOESIM_CUDA(cudaSetDevice(0));
+  MOESIM_CUDA(cudaSetDevice(c.home));
 }
 
 CollectiveRun CudaDevice::time_collective(const Traffic& t, const Timing& timing) {
-  Comms& c = comms(std::max(t.ranks, info_.gpu_count), t.ctas);
+  Comms& c = comms(t);
   const int n = c.n;
   const std::size_t elements = static_cast<std::size_t>(t.bytes) / 4;
-  for (int r = 0; r < n; ++r) {
-    MOESIM_CUDA(cudaSetDevice(r));
-    c.send[r]->reserve(std::max<std::size_t>(elements * 4, 256));
-    c.recv[r]->reserve(std::max<std::size_t>(elements * 4 * static_cast<std::size_t>(n), 256));
-    fill_pattern(reinterpret_cast<float*>(c.send[r]->p), elements, r, 0, c.stream[r]);
+  for (int i = 0; i < c.local(); ++i) {
+    MOESIM_CUDA(cudaSetDevice(c.device[i]));
+    c.send[i]->reserve(std::max<std::size_t>(elements * 4, 256));
+    c.recv[i]->reserve(std::max<std::size_t>(elements * 4 * static_cast<std::size_t>(n), 256));
+    fill_pattern(reinterpret_cast<float*>(c.send[i]->p), elements, c.rank_of(i), 0, c.stream[i]);
   }
   c.sync();
   for (int i = 0; i < timing.warmup; ++i) launch_collective(c, t);
@@ -534,58 +630,60 @@ CollectiveRun CudaDevice::time_collective(const Traffic& t, const Timing& timing
     run.times.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / iters);
   }
   // Correctness (nccl-tests' #wrong): one more run on fresh patterns, every element compared.
-  for (int r = 0; r < n; ++r) {
-    MOESIM_CUDA(cudaSetDevice(r));
-    fill_pattern(reinterpret_cast<float*>(c.send[r]->p), elements, r, 0, c.stream[r]);
-    MOESIM_CUDA(cudaMemsetAsync(c.recv[r]->p, 0, c.recv[r]->bytes, c.stream[r]));
-    MOESIM_CUDA(cudaMemsetAsync(c.wrong[r]->p, 0, sizeof(unsigned long long), c.stream[r]));
+  for (int i = 0; i < c.local(); ++i) {
+    MOESIM_CUDA(cudaSetDevice(c.device[i]));
+    fill_pattern(reinterpret_cast<float*>(c.send[i]->p), elements, c.rank_of(i), 0, c.stream[i]);
+    MOESIM_CUDA(cudaMemsetAsync(c.recv[i]->p, 0, c.recv[i]->bytes, c.stream[i]));
+    MOESIM_CUDA(cudaMemsetAsync(c.wrong[i]->p, 0, sizeof(unsigned long long), c.stream[i]));
   }
   launch_collective(c, t);
   const auto counts = a2a_counts(t, n, elements);
   const std::size_t chunk = elements / n;
-  for (int r = 0; r < n; ++r) {
-    MOESIM_CUDA(cudaSetDevice(r));
-    const float* recv = reinterpret_cast<const float*>(c.recv[r]->p);
-    auto* wrong = reinterpret_cast<unsigned long long*>(c.wrong[r]->p);
+  for (int i = 0; i < c.local(); ++i) {
+    const int r = c.rank_of(i);
+    MOESIM_CUDA(cudaSetDevice(c.device[i]));
+    const float* recv = reinterpret_cast<const float*>(c.recv[i]->p);
+    auto* wrong = reinterpret_cast<unsigned long long*>(c.wrong[i]->p);
     if (t.op == models::CollectiveOp::kAllReduce) {
-      count_wrong(recv, elements, 0, 0, n, wrong, c.stream[r]);
+      count_wrong(recv, elements, 0, 0, n, wrong, c.stream[i]);
     } else if (t.op == models::CollectiveOp::kReduceScatter) {
-      count_wrong(recv, chunk, 0, static_cast<std::size_t>(r) * chunk, n, wrong, c.stream[r]);
+      count_wrong(recv, chunk, 0, static_cast<std::size_t>(r) * chunk, n, wrong, c.stream[i]);
     } else if (t.op == models::CollectiveOp::kAllGather) {
-      for (int p = 0; p < n; ++p) count_wrong(recv + static_cast<std::size_t>(p) * chunk, chunk, p, 0, 0, wrong, c.stream[r]);
+      for (int p = 0; p < n; ++p)
+        count_wrong(recv + static_cast<std::size_t>(p) * chunk, chunk, p, 0, 0, wrong, c.stream[i]);
     } else if (t.op == models::CollectiveOp::kAllToAll) {
       std::size_t roff = 0;
       for (int p = 0; p < n; ++p) {
         std::size_t soff = 0;
         for (int q = 0; q < r; ++q) soff += counts[p][q];
-        count_wrong(recv + roff, counts[p][r], p, soff, 0, wrong, c.stream[r]);
+        count_wrong(recv + roff, counts[p][r], p, soff, 0, wrong, c.stream[i]);
         roff += counts[p][r];
       }
-    } else if (t.op == models::CollectiveOp::kSendRecv && r < 2) {
-      count_wrong(recv, elements, 1 - r, 0, 0, wrong, c.stream[r]);
+    } else if (t.op == models::CollectiveOp::kSendRecv && (r == 0 || r == t.peer)) {
+      count_wrong(recv, elements, r == 0 ? t.peer : 0, 0, 0, wrong, c.stream[i]);
     }
   }
   c.sync();
-  for (int r = 0; r < n; ++r) {
+  for (int i = 0; i < c.local(); ++i) {
     unsigned long long w = 0;
-    MOESIM_CUDA(cudaSetDevice(r));
-    MOESIM_CUDA(cudaMemcpy(&w, c.wrong[r]->p, sizeof w, cudaMemcpyDeviceToHost));
+    MOESIM_CUDA(cudaSetDevice(c.device[i]));
+    MOESIM_CUDA(cudaMemcpy(&w, c.wrong[i]->p, sizeof w, cudaMemcpyDeviceToHost));
     run.wrong += static_cast<long>(w);
   }
-  MOESIM_CUDA(cudaSetDevice(0));
+  MOESIM_CUDA(cudaSetDevice(c.home));
   return run;
 }
 
 CudaDevice::Launch CudaDevice::traffic_launch(const Traffic& t, cudaStream_t& stream) {
   const std::size_t bytes = std::max<std::size_t>(static_cast<std::size_t>(t.bytes) / 16 * 16, 16);
   if (t.kind == "nccl") {
-    Comms& c = comms(std::max(t.ranks, info_.gpu_count), t.ctas);
+    Comms& c = comms(t);
     const std::size_t elements = bytes / 4;
-    for (int r = 0; r < c.n; ++r) {
-      MOESIM_CUDA(cudaSetDevice(r));
-      c.send[r]->reserve(elements * 4);
-      c.recv[r]->reserve(elements * 4 * static_cast<std::size_t>(c.n));
-      fill_pattern(reinterpret_cast<float*>(c.send[r]->p), elements, r, 0, c.stream[r]);
+    for (int i = 0; i < c.local(); ++i) {
+      MOESIM_CUDA(cudaSetDevice(c.device[i]));
+      c.send[i]->reserve(elements * 4);
+      c.recv[i]->reserve(elements * 4 * static_cast<std::size_t>(c.n));
+      fill_pattern(reinterpret_cast<float*>(c.send[i]->p), elements, c.rank_of(i), 0, c.stream[i]);
     }
     c.sync();
     stream = c.stream[0];
@@ -611,7 +709,7 @@ CudaDevice::Launch CudaDevice::traffic_launch(const Traffic& t, cudaStream_t& st
 std::vector<double> CudaDevice::time_traffic(const Traffic& t, const Timing& timing) {
   cudaStream_t s = nullptr;
   const Launch launch = traffic_launch(t, s);
-  std::vector<double> out = time_launches(launch, timing, s);
+  std::vector<double> out = time_launches(launch, timing, s, t.kind == "nccl" && cluster());
   if (t.kind == "copy_engine" && nvml_device_) {
     unsigned x = 0;  // the link trains down when idle: read it right after traffic
     if (nvml_.nvmlDeviceGetCurrPcieLinkGeneration(nvml_device_, &x) == kNvmlSuccess) info_.pcie_generation = static_cast<int>(x);
@@ -628,9 +726,15 @@ OverlapRun CudaDevice::time_overlap(const GemmWork& work, const Traffic& t, cons
     cudaStream_t cs = nullptr;
     const Launch comm = traffic_launch(t, cs);
     const Launch gemm = [&](int i) { launch_work(w, i, s1_); };
+    const bool shared = t.kind == "nccl" && cluster();
     run.gemm_alone = time_launches(gemm, timing, s1_);
-    run.comm_alone = time_launches(comm, timing, cs);
-    const double tg = percentile(run.gemm_alone, 0.5), tc = percentile(run.comm_alone, 0.5);
+    run.comm_alone = time_launches(comm, timing, cs, shared);
+    double tg = percentile(run.gemm_alone, 0.5), tc = percentile(run.comm_alone, 0.5);
+    if (shared) {
+      // Every rank must launch as many collectives: size the batches from the slowest rank's times.
+      tg = agree(tg);
+      tc = agree(tc);
+    }
     auto inner_for = [&](double op) {
       return timing.inner > 0 ? timing.inner : static_cast<int>(std::clamp(std::ceil(timing.min_sample / op), 1.0, 1000.0));
     };
@@ -699,7 +803,15 @@ PowerRun CudaDevice::measure_power(const PowerState& state) {
     };
     const Launch gemm = [&](int i) { launch_work(w, i, s1_); };
     const int gchunk = w.ops.empty() ? 0 : chunk_of(gemm, s1_);
-    const int cchunk = comm ? chunk_of(comm, cs) : 0;
+    int cchunk = comm ? chunk_of(comm, cs) : 0;
+    // A cluster run's collectives must be launched as often on every rank: agree on the chunk and on a
+    // fixed number of rounds (about 20 ms of GEMMs and 20 ms of collectives each) instead of a clock.
+    const bool shared = comm && state.traffic.kind == "nccl" && cluster();
+    int rounds = 0;
+    if (shared) {
+      cchunk = static_cast<int>(agree(cchunk));
+      rounds = static_cast<int>(agree(std::ceil(state.seconds / (gchunk > 0 ? 0.04 : 0.02))));
+    }
     MOESIM_CUDA(cudaDeviceSynchronize());
     unsigned long long e0 = 0, e1 = 0;
     run.energy_counter = nvml_.nvmlDeviceGetTotalEnergyConsumption(nvml_device_, &e0) == kNvmlSuccess;
@@ -708,7 +820,8 @@ PowerRun CudaDevice::measure_power(const PowerState& state) {
     int samples = 0, it = 0;
     auto last = t0;
     double integrated = 0.0;
-    while (std::chrono::duration<double>(Clock::now() - t0).count() < state.seconds) {
+    for (int round = 0;
+         shared ? round < rounds : std::chrono::duration<double>(Clock::now() - t0).count() < state.seconds; ++round) {
       for (int i = 0; i < gchunk; ++i) gemm(it++);
       launched += gchunk;
       for (int i = 0; i < cchunk; ++i) comm(it);

@@ -105,8 +105,10 @@ Nccl::Nccl(bool required)
   if (!lib.loaded()) return;
   MOESIM_LOAD(ncclGetVersion);
   MOESIM_LOAD(ncclGetUniqueId);
+  MOESIM_LOAD(ncclCommInitRank);
   MOESIM_LOAD(ncclCommInitRankConfig);
   MOESIM_LOAD(ncclCommDestroy);
+  MOESIM_LOAD(ncclCommAbort);
   MOESIM_LOAD(ncclGetErrorString);
   MOESIM_LOAD(ncclGroupStart);
   MOESIM_LOAD(ncclGroupEnd);

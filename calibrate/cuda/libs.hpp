@@ -57,8 +57,10 @@ struct Nccl {
   Library lib;
   MOESIM_FN(ncclGetVersion);
   MOESIM_FN(ncclGetUniqueId);
+  MOESIM_FN(ncclCommInitRank);
   MOESIM_FN(ncclCommInitRankConfig);
   MOESIM_FN(ncclCommDestroy);
+  MOESIM_FN(ncclCommAbort);
   MOESIM_FN(ncclGetErrorString);
   MOESIM_FN(ncclGroupStart);
   MOESIM_FN(ncclGroupEnd);

@@ -6,6 +6,7 @@ Python 3 standard library only. Rerunnable and deterministic: the committed YAML
     tools/build_profiles.py                 # rewrite configs/profiles/*.yaml
     tools/build_profiles.py --check         # exit 1 if the committed files differ from a fresh build
     tools/build_profiles.py --report        # also print the GEMM fits and their residuals
+    tools/build_profiles.py --tile-model    # the persistent-tile GEMM model: its fit and held-out errors
 Every derivation below is restated in the generated files' `source` entries and in docs/profile-format.md.
 """
 
@@ -157,6 +158,20 @@ def read_deepgemm(reference):
             points.append((int(r[0]), int(r[1]), int(r[2]), number_in(r[3]) * 1e12))
     if len(points) != 18:
         fail("DeepGEMM: expected 18 dense GEMM rows")
+    return points
+
+
+def read_deepgemm_grouped(reference):
+    """(groups, M per group, N, K, FLOP/s, contiguous) of DeepGEMM's grouped tables."""
+    text = read(os.path.join(reference, "deepgemm", "README_at_327ec92.md"))
+    points = []
+    for heading, contiguous in (("### Grouped GEMMs for MoE models (contiguous layout)", True),
+                                ("### Grouped GEMMs for MoE models (masked layout)", False)):
+        for r in md_rows(text, heading):
+            if r[0].isdigit():
+                points.append((int(r[0]), int(r[1]), int(r[2]), int(r[3]), number_in(r[4]) * 1e12, contiguous))
+    if len(points) != 10:
+        fail("DeepGEMM: expected 4 contiguous and 6 masked grouped GEMM rows")
     return points
 
 
@@ -410,6 +425,140 @@ def efficiency_for(target_flops, m, n, k, h, t0, peak):
     t = 2.0 * m * n * k / target_flops
     g = (m / (m + h)) * (n / (n + h)) * (k / (k + h))
     return 2.0 * m * n * k / ((t - t0) * peak * g)
+
+
+# --- a candidate mechanism: a persistent-tile GEMM on the SMs (analysis only, --tile-model) ----------
+# Not used for the shipped tables (docs/validation.md, GEMMs, says why). DeepGEMM's block choice
+# (deepseek-ai/DeepGEMM @327ec92f, deep_gemm/jit_kernels/gemm.py, get_best_configs; read, not copied):
+# BLOCK_M from {64, 128, 256} (128 only for the contiguous layout), BLOCK_N from 16..128 in steps of
+# 8 plus 144 and 160 (at most 128 when BLOCK_M is 256); the fewest waves of tiles over the SMs, then
+# the fullest last wave, then on ties a smaller block on the shared side or a larger BLOCK_N.
+# time = t0 + fill + max(waves (max(compute, load) + store), unique bytes / hbm), per tile:
+#   compute = 2 BM BN K / (peak / SMs * e)        the tile's FLOPs at the SM's share of the peak
+#   load    = (BM + BN) K in_bytes / L            its operands through the SM's load path (L per SM)
+#   store   = BM BN out_bytes / (hbm / SMs)       the epilogue writes at the SM's share of HBM
+#   fill    = (BM + BN) 128 in_bytes / (hbm / SMs) the first BLOCK_K stage before any MMA can start
+# e, L and t0 fitted (least squares in log time): e to the M = 4096 points, L and t0 to the M <= 128
+# points, alternately until they settle.
+
+DEEPGEMM_BLOCK_N = tuple(range(16, 129, 8)) + (144, 160)
+
+
+def deepgemm_blocks(m, n, groups, sms, contiguous=False):
+    block_ms = (128,) if contiguous else (64, 128, 256)
+
+    def tiles(bm, bn):
+        return ceil_div(m, bm) * ceil_div(n, bn) * groups
+
+    def waves(bm, bn):
+        return ceil_div(tiles(bm, bn), sms)
+
+    def last(bm, bn):
+        return tiles(bm, bn) % sms or sms
+    best = None
+    for bm in block_ms:
+        for bn in (b for b in DEEPGEMM_BLOCK_N if bm <= 128 or b <= 128):
+            if best is None or waves(bm, bn) < waves(*best):
+                best = (bm, bn)
+            elif waves(bm, bn) == waves(*best):
+                u, bu = last(bm, bn), last(*best)
+                if u > bu or (u == bu and ((bm == best[0] and bn < best[1]) or (bn == best[1] and bm < best[0]) or
+                                           (bm != best[0] and bn > best[1]))):
+                    best = (bm, bn)
+    bm, bn = best
+    return bm, bn, tiles(bm, bn), waves(bm, bn)
+
+
+def tile_model(m, n, k, params, hw, groups=1, contiguous=False):
+    e, load_bw, t0 = params
+    sms, peak, hbm, in_b, out_b = hw
+    bm, bn, _, waves = deepgemm_blocks(m, n, groups, sms, contiguous)
+    compute = 2.0 * bm * bn * k / (peak / sms * e)
+    load = (bm + bn) * k * in_b / load_bw
+    store = bm * bn * out_b / (hbm / sms)
+    fill = (bm + bn) * 128 * in_b / (hbm / sms)
+    unique = groups * (in_b * (m * k + k * n) + out_b * m * n)
+    return t0 + fill + max(waves * (max(compute, load) + store), unique / hbm)
+
+
+def fit_tile_model(points, hw, rounds=30):
+    """points: (m, n, k, seconds). e from the M > 128 points, (L, t0) from the M <= 128 ones, alternately."""
+    small = [p for p in points if p[0] <= 128]
+    large = [p for p in points if p[0] > 128]
+    e, load_bw, t0 = 0.8, 75e9, 1e-6
+
+    def loss(pts, params):
+        return sum(math.log(tile_model(m, n, k, params, hw) / t) ** 2 for m, n, k, t in pts)
+    if not small:  # no small-M data (Azure's smallest M is 1024): all three at once
+        x, _ = nelder_mead(lambda x: loss(large, (1 / (1 + math.exp(-x[0])), math.exp(x[1]) * 1e9,
+                                                  math.exp(x[2]) * 1e-6)), [1.5, math.log(75), 0.0], [0.5, 0.5, 0.7])
+        return 1 / (1 + math.exp(-x[0])), math.exp(x[1]) * 1e9, math.exp(x[2]) * 1e-6
+    for _ in range(rounds):
+        x, _ = nelder_mead(lambda x: loss(large, (1 / (1 + math.exp(-x[0])), load_bw, t0)),
+                           [math.log(e / (1 - e))], [0.3])
+        e = 1 / (1 + math.exp(-x[0]))
+        x, _ = nelder_mead(lambda x: loss(small, (e, math.exp(x[0]) * 1e9, math.exp(x[1]) * 1e-6)),
+                           [math.log(load_bw / 1e9), math.log(t0 * 1e6)], [0.3, 0.3])
+        load_bw, t0 = math.exp(x[0]) * 1e9, math.exp(x[1]) * 1e-6
+    return e, load_bw, t0
+
+
+def tile_model_report(ref):
+    """Prints the tile model's fit and its errors on what it was not fitted to (TFLOP/s error, model / published - 1)."""
+    sheet = ref["gpus"]["sheet"]["h100-sxm"]
+    hw = (sheet["sms"], sheet["fp8"], ref["azure"]["h100-sxm"]["hbm"]["Copy"], 1, 2)
+    dense = [(m, n, k, 2.0 * m * n * k / f) for m, n, k, f in ref["deepgemm"]]
+    grouped = [(g, m, n, k, 2.0 * g * m * n * k / f, c) for g, m, n, k, f, c in ref["deepgemm_grouped"]]
+
+    def line(errs):
+        a = [abs(x) for x in errs]
+        return f"mean {100 * sum(a) / len(a):.1f}%, worst {100 * max(a):.1f}%"
+
+    def err(t, model):
+        return t / model - 1.0
+    params = fit_tile_model(dense, hw)
+    out = [f"tile model, h100-sxm FP8, fitted to DeepGEMM's 18 dense points: e={params[0]:.3f} "
+           f"L={params[1] / 1e9:.1f} GB/s per SM t0={params[2] * 1e6:.2f} us"]
+    res = [err(t, tile_model(m, n, k, params, hw)) for m, n, k, t in dense]
+    out.append("  dense, fit residuals: " + line(res) + " [" + " ".join(f"{100 * r:+.1f}" for r in res) + "]")
+    held = []
+    for shape in sorted({(n, k) for _, n, k, _ in dense}):
+        q = fit_tile_model([p for p in dense if (p[1], p[2]) != shape], hw)
+        held += [err(t, tile_model(m, n, k, q, hw)) for m, n, k, t in dense if (n, k) == shape]
+    out.append("  dense, each (N, K) shape held out in turn: " + line(held))
+    for mh in sorted({p[0] for p in dense}):
+        q = fit_tile_model([p for p in dense if p[0] != mh], hw, rounds=30)
+        out.append(f"  dense, M = {mh} held out: " +
+                   line([err(t, tile_model(m, n, k, q, hw)) for m, n, k, t in dense if m == mh]))
+    floor = params[2]
+
+    def one(m, n, k):
+        return tile_model(m, n, k, params, hw)
+    rules = {
+        "every group's GEMM, one launch floor (models::grouped_expert_time)":
+            lambda g, m, n, k: g * (one(m, n, k) - floor) + floor,
+        "one persistent kernel over all groups' tiles (DeepGEMM's own schedule)":
+            lambda g, m, n, k, c=False: tile_model(g * m if c else m, n, k, params, hw, 1 if c else g, c),
+        "the GEMM of all rows, plus every further group's weights read from HBM":
+            lambda g, m, n, k: one(g * m, n, k) + (g - 1) * n * k / hw[2],
+    }
+    for name, rule in rules.items():
+        if "persistent" in name:
+            errs = [err(t, rule(g, m, n, k, c)) for g, m, n, k, t, c in grouped]
+        else:
+            errs = [err(t, rule(g, m, n, k)) for g, m, n, k, t, c in grouped]
+        out.append(f"  grouped (not fitted), {name}: " + line(errs) + " [" +
+                   " ".join(f"{100 * r:+.1f}" for r in errs) + "]")
+    for gpu in ("h100-sxm", "h200"):
+        hw_g = (sheet["sms"], sheet["fp8"], ref["azure"][gpu]["hbm"]["Copy"], 1, 2)
+        errs = [err(2.0 * m * n * k / f, tile_model(m, n, k, params, hw_g)) for m, n, k, f in ref["azure"][gpu]["gemm"]]
+        out.append(f"  Azure {gpu} cuBLASLt FP8 (another library, not fitted): " + line(errs) + " [" +
+                   " ".join(f"{100 * r:+.1f}" for r in errs) + "]")
+        q = fit_tile_model([(m, n, k, 2.0 * m * n * k / f) for m, n, k, f in ref["azure"][gpu]["gemm"]], hw_g)
+        errs = [err(2.0 * m * n * k / f, tile_model(m, n, k, q, hw_g)) for m, n, k, f in ref["azure"][gpu]["gemm"]]
+        out.append(f"    refitted to those points alone (all three at once): e={q[0]:.3f} L={q[1] / 1e9:.1f} GB/s t0={q[2] * 1e6:.2f} us, "
+                   f"residuals " + line(errs))
+    return "\n".join(out)
 
 
 # --- one profile -------------------------------------------------------------------------------------
@@ -740,6 +889,9 @@ def main():
     parser.add_argument("--out", default=os.path.join(REPO, "configs", "profiles"))
     parser.add_argument("--check", action="store_true", help="compare with the files in --out instead of writing")
     parser.add_argument("--report", action="store_true", help="print the GEMM fits' residuals to stderr")
+    parser.add_argument("--tile-model", action="store_true",
+                        help="print the persistent-tile GEMM model's fit and held-out errors (analysis; the "
+                             "shipped tables keep the efficiency model) and exit")
     args = parser.parse_args()
     if not os.path.isdir(args.reference):
         fail(f"no reference data at {args.reference} (give --reference)")
@@ -749,6 +901,7 @@ def main():
         "gpus": gpus,
         "azure": {gpu: read_azure(args.reference, f) for gpu, f in AZURE_FILES.items()},
         "deepgemm": read_deepgemm(args.reference),
+        "deepgemm_grouped": read_deepgemm_grouped(args.reference),
         "deepep": read_deepep(args.reference),
         "zeus_caps": read_zeus_caps(args.reference),
         "zeus_clock": read_zeus_clock(args.reference),
@@ -758,6 +911,9 @@ def main():
         if ref["azure"][gpu]["gemm_dtype"] != dtype:
             fail(f"{AZURE_FILES[gpu]}: expected {dtype} GEMM figures")
     shapes, arch_names = architecture_shapes(args.architectures)
+    if args.tile_model:
+        print(tile_model_report(ref))
+        return 0
 
     stale = []
     for gpu in ("h100-sxm", "h200", "a100-sxm"):

@@ -463,6 +463,16 @@ AttentionFigures parse_attention_figures(const YamlNode& node) {
   return a;
 }
 
+LowLatencyKernels parse_low_latency(const YamlNode& node) {
+  node.expect_map();
+  node.allow_keys({"dispatch_latency", "combine_latency", "source"});
+  LowLatencyKernels k;
+  k.dispatch_latency = node.at("dispatch_latency").as_unit(UnitKind::kTime, 0.0, 1.0);
+  k.combine_latency = node.at("combine_latency").as_unit(UnitKind::kTime, 0.0, 1.0);
+  k.provenance = parse_source(node);
+  return k;
+}
+
 // Required once the base chain is merged: reported at the top of the file that lacks them.
 void check_complete(const Profile& p, const YamlNode& root) {
   const std::string hint = p.base.empty() ? " (or name a base profile that has one)"
@@ -487,13 +497,14 @@ void merge_base(Profile& p, const Profile& base) {
   if (!has_source(p.contention.provenance)) p.contention = base.contention;
   if (!has_source(p.power.provenance)) p.power = base.power;
   if (!has_source(p.attention.provenance)) p.attention = base.attention;
+  if (!has_source(p.low_latency.provenance)) p.low_latency = base.low_latency;
   if (p.description.empty()) p.description = base.description;
 }
 
 Profile parse_sections(const YamlNode& root, const std::string& name) {
   check_config_kind(root, "profile");
   root.allow_keys({"schema_version", "kind", "description", "base", "device", "gemm", "collectives", "links",
-                   "contention", "power", "attention"});
+                   "contention", "power", "attention", "low_latency_kernels"});
   check_config_header(root, "profile");
   Profile p;
   p.name = name;
@@ -529,6 +540,7 @@ Profile parse_sections(const YamlNode& root, const std::string& name) {
   if (auto c = root.find("contention")) p.contention = parse_contention(*c);
   if (auto pw = root.find("power")) p.power = parse_power(*pw);
   if (auto a = root.find("attention")) p.attention = parse_attention_figures(*a);
+  if (auto k = root.find("low_latency_kernels")) p.low_latency = parse_low_latency(*k);
   return p;
 }
 
@@ -660,6 +672,7 @@ std::vector<std::string> Profile::source_kinds() const {
   add(power.cap_provenance);
   add(power.clock_provenance);
   add(attention.provenance);
+  add(low_latency.provenance);
   std::vector<std::string> out;
   for (const char* k : {"measured", "published", "model"})
     if (kinds.count(k)) out.emplace_back(k);
@@ -822,6 +835,10 @@ std::string profile_to_yaml(const Profile& p) {
   if (has_source(p.attention.provenance))
     y << "attention:\n  flops_efficiency: " << number(p.attention.flops_efficiency)
       << "\n  source: " << source_yaml(p.attention.provenance) << "\n";
+  if (has_source(p.low_latency.provenance))
+    y << "low_latency_kernels:\n  dispatch_latency: " << unit_value(p.low_latency.dispatch_latency, "us", 1e-6)
+      << "\n  combine_latency: " << unit_value(p.low_latency.combine_latency, "us", 1e-6)
+      << "\n  source: " << source_yaml(p.low_latency.provenance) << "\n";
   return y.str();
 }
 

@@ -124,6 +124,17 @@ struct AttentionFigures {
   Provenance provenance;  // detail empty: the profile gives none and the default applies
 };
 
+// Low-latency expert-parallel kernels (DeepEP's low-latency dispatch and combine): every (token,
+// expert) pair is its own copy, written straight into the destination GPU's buffer over NVLink
+// inside a node and RDMA between nodes, with no SM held while the data moves. `dispatch_latency` and
+// `combine_latency` are each kernel's fixed cost (launch, the per-expert count exchange and the
+// receiver's wait), s; the bytes move at the links' achievable rates (docs/simulator.md).
+struct LowLatencyKernels {
+  double dispatch_latency = 0.0;
+  double combine_latency = 0.0;
+  Provenance provenance;  // detail empty: the profile has none
+};
+
 struct DeviceContext {
   std::string name;  // "NVIDIA H100 80GB HBM3"
   int sm_count = 0;
@@ -148,13 +159,14 @@ struct Profile {
   ContentionTable contention;
   PowerModel power;
   AttentionFigures attention;
+  LowLatencyKernels low_latency;
   // Which kinds of values this profile's tables are (for reports): e.g. {"published", "model"}.
   std::vector<std::string> source_kinds() const;
   const GemmTable* gemm_table(Dtype dtype) const;  // nullptr if absent
 };
 
 // Sections a profile may lack (then they are absent: provenance detail empty) are links, contention,
-// attention and collectives; device, gemm and power are required once any base is merged in.
+// attention, low_latency_kernels and collectives; device, gemm and power are required once any base is merged in.
 bool has_source(const Provenance& provenance);  // the section was given (its detail is never empty)
 
 Profile parse_profile(const common::YamlNode& root, const std::string& name);

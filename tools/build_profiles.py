@@ -180,7 +180,12 @@ def read_deepep(reference):
     rows = md_rows(text, "### Normal kernels with NVLink and RDMA forwarding")
     intra = [r for r in rows if r[0] == "Intranode"][0]
     link_max = float(re.search(r"~(\d+) GB/s NVLink maximum bandwidth", text).group(1)) * 1e9
-    return {"dispatch": number_in(intra[2]) * 1e9, "combine": number_in(intra[4]) * 1e9, "nvlink_max": link_max}
+    ll = md_rows(text, "### Low-latency kernels with pure RDMA")
+    ep8 = [r for r in ll if r[0].strip() == "8"][0]
+    setting = re.search(r"\((\d+) tokens per batch, (\d+) hidden, top-(\d+) experts", text)
+    return {"dispatch": number_in(intra[2]) * 1e9, "combine": number_in(intra[4]) * 1e9, "nvlink_max": link_max,
+            "ll_dispatch_ep8": number_in(ep8[1]) * 1e-6, "ll_combine_ep8": number_in(ep8[4]) * 1e-6,
+            "ll_tokens": int(setting.group(1)), "ll_hidden": int(setting.group(2)), "ll_topk": int(setting.group(3))}
 
 
 def read_zeus_caps(reference):
@@ -879,6 +884,29 @@ def build(gpu, ref, shapes, arch_names, report):
     w("  source: " + source("published", f"Flash Attention 2.0, {g5(fa / 1e12)} TFLOP/s (head dim {az['fa_head_dim']}, "
                                          f"batch 2, sequence 8192), {AZURE.format(file=az['file'])}, / the "
                                          f"{g5(sheet['bf16'] / 1e12)} TFLOP/s 16-bit peak"))
+
+    # Low-latency expert-parallel kernels (SM90 only: DeepEP's low-latency kernels need Hopper).
+    if gpu in ("h100-sxm", "h200"):
+        tokens, hidden, topk = dep["ll_tokens"], dep["ll_hidden"], dep["ll_topk"]
+        copies = tokens * topk * 7 / 8  # (token, expert) copies to the 7 other GPUs of EP8, uniform routing
+        fp8_message = hidden + hidden / 128 * 4 + 16  # DeepEP's test: FP8 data, a scale per 128, 16 B of indices
+        bf16_message = hidden * 2
+        fixed = {}
+        for phase, message in (("dispatch", fp8_message), ("combine", bf16_message)):
+            stream = copies * message / dep["nvlink_max"]
+            fixed[phase] = (dep[f"ll_{phase}_ep8"] - stream, stream)
+        w("low_latency_kernels:")
+        w(f"  dispatch_latency: {g5(fixed['dispatch'][0] * 1e6)}us")
+        w(f"  combine_latency: {g5(fixed['combine'][0] * 1e6)}us")
+        text = (f"each kernel's fixed cost = DeepEP's low-latency EP8 time ({DEEPEP}: dispatch "
+                f"{g5(dep['ll_dispatch_ep8'] * 1e6)} us, combine {g5(dep['ll_combine_ep8'] * 1e6)} us; {tokens} tokens "
+                f"per GPU, hidden {hidden}, top-{topk}, one copy per (token, expert), FP8 dispatch, BF16 combine) "
+                f"minus the time its copies to the 7 other GPUs take over NVLink at the published ~"
+                f"{g5(dep['nvlink_max'] / 1e9)} GB/s (dispatch {g5(fixed['dispatch'][1] * 1e6)} us, combine "
+                f"{g5(fixed['combine'][1] * 1e6)} us): launch, count exchange and the receiver's wait, on H800 (SM90)")
+        if gpu != "h100-sxm":
+            text += "; this GPU has the same SMs (SM90), so the H800 figure is carried over"
+        w("  source: " + source("model", text))
     return "\n".join(out) + "\n"
 
 

@@ -14,17 +14,21 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <simgrid/kernel/resource/NetworkModelIntf.hpp>
 #include <simgrid/s4u.hpp>
+
+#include "sim/engine/latency_factor.hpp"
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 namespace sg4 = simgrid::s4u;
 
 namespace {
 
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;
 
 struct BadInput : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -62,6 +66,7 @@ struct Dump {
   std::vector<Kind> kind;
   std::vector<std::uint32_t> src, dst;  // exec: host in src
   std::vector<double> amount;           // flops or bytes
+  std::vector<double> latency;          // comm: s before its first byte moves (0: its route's)
   std::vector<std::uint64_t> dep_begin{0};
   std::vector<std::uint64_t> deps;
   std::uint64_t declared_tasks = 0, declared_activities = 0;
@@ -158,6 +163,7 @@ Dump load(const std::string& path) {
       d.src.push_back(host_index("a host index"));
       d.dst.push_back(0);
       d.amount.push_back(r.number<double>("flops"));
+      d.latency.push_back(0);
       read_deps(id);
     } else if (rec == "C") {
       const auto id = task_id();
@@ -165,6 +171,9 @@ Dump load(const std::string& path) {
       d.src.push_back(host_index("a source host index"));
       d.dst.push_back(host_index("a destination host index"));
       d.amount.push_back(static_cast<double>(r.number<std::uint64_t>("bytes")));
+      const auto lat = r.number<double>("a latency in s");
+      if (!(lat >= 0.0)) r.fail("expected a latency >= 0, got " + std::to_string(lat));
+      d.latency.push_back(lat);
       read_deps(id);
     } else if (rec == "J") {
       const auto id = task_id();
@@ -172,6 +181,7 @@ Dump load(const std::string& path) {
       d.src.push_back(0);
       d.dst.push_back(0);
       d.amount.push_back(0);
+      d.latency.push_back(0);
       read_deps(id);
     } else if (rec == "step") {
       Step s;
@@ -238,7 +248,8 @@ Dump load(const std::string& path) {
 // Runs the DAG: a task starts when its last dependency completes, as moesim's engine does.
 class Replayer {
  public:
-  explicit Replayer(const Dump& d) : d_(d) {
+  // `latency_factor`: the dump's network/latency-factor setting, applied as moesim applies it.
+  Replayer(const Dump& d, moesim::sim::LatencyFactor latency_factor) : d_(d), latency_factor_(std::move(latency_factor)) {
     const std::size_t n = d.kind.size();
     pending_.resize(n);
     succ_begin_.assign(n + 1, 0);
@@ -277,6 +288,16 @@ class Replayer {
       zone->add_route(hosts_[rt.src]->get_netpoint(), hosts_[rt.dst]->get_netpoint(), nullptr, nullptr, route, false);
     }
     zone->seal();
+    // As moesim's platform: a transfer's route latency is stretched to the latency it asks for.
+    zone->get_network_model()->set_lat_factor_cb(
+        [this](double size, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& route,
+               const std::unordered_set<sg4::NetZone*>&) {
+          const double factor = latency_factor_.at(size);
+          if (next_latency_ <= 0.0) return factor;
+          double sum = 0.0;
+          for (const sg4::Link* l : route) sum += l->get_latency();
+          return sum > 0.0 && next_latency_ > sum * factor ? next_latency_ / sum : factor;
+        });
   }
 
   void start() {
@@ -324,7 +345,9 @@ class Replayer {
         sg4::CommPtr comm = sg4::Comm::sendto_init(hosts_[d_.src[id]], hosts_[d_.dst[id]]);
         comm->set_payload_size(static_cast<std::uint64_t>(d_.amount[id]));
         comm->set_data(reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
+        next_latency_ = d_.latency[id];
         comm->start();
+        next_latency_ = 0.0;
         alive_[s].push_back(comm);
         break;
       }
@@ -355,6 +378,8 @@ class Replayer {
   std::vector<std::vector<sg4::ActivityPtr>> alive_;  // per step: activities the engine may still use
   std::vector<double> step_end_time_;
   std::uint64_t activities_ = 0;
+  moesim::sim::LatencyFactor latency_factor_;  // the dump's network/latency-factor setting
+  double next_latency_ = 0.0;  // the latency of the transfer being started
   bool draining_ = false;
 };
 
@@ -378,12 +403,19 @@ int run(const std::string& path) {
   xbt_log_control_set("root.thres:critical");
   std::vector<std::string> args{"moesim-replay"};
   for (const auto& c : d.cfg) args.push_back("--cfg=" + c);
+  // As moesim: the latency-factor setting is applied by the latency callback, not by SimGrid.
+  moesim::sim::LatencyFactor latency_factor;
+  try {
+    latency_factor = moesim::sim::LatencyFactor::take_from(args);
+  } catch (const std::invalid_argument& e) {
+    throw BadInput(path + ": " + e.what());
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   int argc = static_cast<int>(argv.size());
   argv.push_back(nullptr);
   sg4::Engine engine(&argc, argv.data());
-  Replayer replayer(d);
+  Replayer replayer(d, latency_factor);
   replayer.build_platform();
   replayer.start();
   engine.run();

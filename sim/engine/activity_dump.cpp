@@ -130,12 +130,14 @@ void ActivityDump::exec(std::uint64_t id, int host, double flops, std::span<cons
   put_list(deps);
 }
 
-void ActivityDump::comm(std::uint64_t id, int src, int dst, std::uint64_t bytes, std::span<const std::uint64_t> deps) {
+void ActivityDump::comm(std::uint64_t id, int src, int dst, std::uint64_t bytes, double latency,
+                        std::span<const std::uint64_t> deps) {
   buf_ += 'C';
   put(id);
   put(static_cast<std::uint64_t>(src));
   put(static_cast<std::uint64_t>(dst));
   put(bytes);
+  put(latency);
   put_list(deps);
 }
 

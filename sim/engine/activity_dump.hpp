@@ -14,7 +14,7 @@
 
 namespace moesim::sim {
 
-inline constexpr int kActivityDumpVersion = 1;
+inline constexpr int kActivityDumpVersion = 2;
 
 class ActivityDump {
  public:
@@ -25,7 +25,8 @@ class ActivityDump {
   void write_platform(const Platform& platform);
   void begin_step(int index, bool measured, std::uint64_t first_id, std::uint64_t tasks, std::uint64_t end_id);
   void exec(std::uint64_t id, int host, double flops, std::span<const std::uint64_t> deps);
-  void comm(std::uint64_t id, int src, int dst, std::uint64_t bytes, std::span<const std::uint64_t> deps);
+  void comm(std::uint64_t id, int src, int dst, std::uint64_t bytes, double latency,
+            std::span<const std::uint64_t> deps);
   void join(std::uint64_t id, std::span<const std::uint64_t> deps);
   // Writes the trailer and renames the file into place; throws RunError on an I/O failure.
   void finish(std::uint64_t tasks, std::uint64_t activities);

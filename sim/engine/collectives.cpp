@@ -39,6 +39,18 @@ std::optional<double> curve_time(const models::Profile& profile, CollectiveOp op
   return t * models::busbw_factor(op, ranks) / models::busbw_factor(op, best->ranks);
 }
 
+// The fixed cost of `op` on `ranks` ranks of one scope: the profile's time at the smallest size it
+// tabulates (launch and synchronisation; the bytes are next to none), carried to this rank count as
+// curve_time carries every size, so that no size of the curve takes less. 0 without a curve.
+double curve_floor(const models::Profile& profile, CollectiveOp op, int ranks, bool one_node) {
+  const std::string scope = one_node ? "intra_node" : "inter_node";
+  double smallest = std::numeric_limits<double>::infinity();
+  for (const auto& c : profile.collectives)
+    if (c.op == op && c.scope == scope && !c.bytes.empty()) smallest = std::min(smallest, c.bytes.front());
+  if (!std::isfinite(smallest)) return 0.0;
+  return curve_time(profile, op, ranks, smallest, one_node).value_or(0.0);
+}
+
 RouteFigures slowest_hop(const Fabric& fabric, const std::vector<int>& group) {
   RouteFigures slowest{0.0, std::numeric_limits<double>::infinity()};
   const std::size_t n = group.size();
@@ -65,25 +77,36 @@ double collective_target(const Fabric& fabric, const models::Profile& profile, C
   return steps * hop.latency + bytes * models::busbw_factor(op, n) / hop.bandwidth;
 }
 
+double collective_floor(const Fabric& fabric, const models::Profile& profile, CollectiveOp op,
+                        const std::vector<int>& group) {
+  const int n = static_cast<int>(group.size());
+  if (n <= 1) return 0.0;
+  return curve_floor(profile, op, n, on_one_node(fabric, group));
+}
+
 SizedCollective ring_collective(const Fabric& fabric, const models::Profile& profile, CollectiveOp op,
                                 const std::vector<int>& group, double bytes) {
   SizedCollective out;
   out.target = collective_target(fabric, profile, op, group, bytes);
+  const double floor = std::min(collective_floor(fabric, profile, op, group), out.target);
   const std::size_t n = group.size();
   for (std::size_t i = 0; i < n && n > 1; ++i) {
     const int src = group[i], dst = group[(i + 1) % n];
     const RouteFigures hop = fabric.figures(src, dst);
-    out.transfers.push_back({src, dst, std::max(0.0, (out.target - hop.latency) * hop.bandwidth)});
+    const double latency = std::max(hop.latency, floor);
+    out.transfers.push_back({src, dst, std::max(0.0, (out.target - latency) * hop.bandwidth), latency});
   }
   return out;
 }
 
-double alltoall_scale(const models::Profile& profile, int ranks, bool one_node, double off_bytes, const RouteFigures& port) {
-  if (ranks <= 1 || off_bytes <= 0.0) return 1.0;
+TransferSizing alltoall_sizing(const models::Profile& profile, int ranks, bool one_node, double off_bytes,
+                               const RouteFigures& port) {
+  if (ranks <= 1 || off_bytes <= 0.0) return {};
   const double size = off_bytes * ranks / (ranks - 1.0);
   const auto t = curve_time(profile, CollectiveOp::kAllToAll, ranks, size, one_node);
-  if (!t) return 1.0;
-  return std::max(0.0, (*t - port.latency) * port.bandwidth / off_bytes);
+  if (!t) return {};
+  const double latency = std::max(port.latency, std::min(curve_floor(profile, CollectiveOp::kAllToAll, ranks, one_node), *t));
+  return {std::max(0.0, (*t - latency) * port.bandwidth / off_bytes), latency};
 }
 
 SizedCollective uniform_alltoall(const Fabric& fabric, const models::Profile& profile, const std::vector<int>& group,
@@ -92,6 +115,7 @@ SizedCollective uniform_alltoall(const Fabric& fabric, const models::Profile& pr
   const std::size_t n = group.size();
   if (n <= 1 || bytes <= 0.0) return out;
   out.target = collective_target(fabric, profile, CollectiveOp::kAllToAll, group, bytes);
+  const double floor = std::min(collective_floor(fabric, profile, CollectiveOp::kAllToAll, group), out.target);
   // Each transfer's share of its busiest link when every rank sends to every other at once.
   std::map<std::pair<int, bool>, int> load;
   std::vector<std::vector<Hop>> routes;
@@ -112,7 +136,8 @@ SizedCollective uniform_alltoall(const Fabric& fabric, const models::Profile& pr
         rate = std::min(rate, l.bandwidth / load[{h.link, l.shared || h.up}]);
       }
       ++r;
-      out.transfers.push_back({src, dst, std::max(0.0, (out.target - latency) * rate)});
+      latency = std::max(latency, floor);
+      out.transfers.push_back({src, dst, std::max(0.0, (out.target - latency) * rate), latency});
     }
   return out;
 }

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "common/error.hpp"
 #include "models/costs.hpp"
@@ -58,6 +60,12 @@ SimResult simulate(const EngineInput& in) {
   const auto wall0 = std::chrono::steady_clock::now();
   xbt_log_control_set("root.thres:critical");
   std::vector<std::string> args = engine_args(in.options);
+  LatencyFactor latency_factor;
+  try {
+    latency_factor = LatencyFactor::take_from(args);
+  } catch (const std::invalid_argument& e) {
+    throw common::InputError(std::string(e.what()) + " (--cfg or the study's simgrid list)");
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   int argc = static_cast<int>(argv.size());
@@ -68,6 +76,11 @@ SimResult simulate(const EngineInput& in) {
   if (gpus > in.cluster->total_gpus())
     throw common::InputError("EP x TP = " + std::to_string(gpus) + " GPUs, but cluster " + in.cluster->name + " has " +
                              std::to_string(in.cluster->total_gpus()));
+  if (in.options.dispatch == DispatchMode::kLowLatency && !models::has_source(in.profile->low_latency.provenance))
+    throw common::InputError("dispatch.mode low_latency needs the fixed costs of the low-latency kernels, and profile " +
+                             in.profile->name +
+                             " has no low_latency_kernels section: add one (docs/profile-format.md) or choose "
+                             "dispatch.mode flat or hierarchical");
   const ExecutorSetup setup = executor_setup(in);
   const int measured_steps = setup.total_steps - std::max(setup.first_step, in.options.warmup_steps);
   if (setup.first_step >= setup.total_steps || measured_steps <= 0)
@@ -77,7 +90,7 @@ SimResult simulate(const EngineInput& in) {
   // by what the task draws (GraphBuilder). They scale task amounts, not the hosts' speed.
   const double clock_speed = models::clock_speed_factor(*in.profile, in.options.clock_limit);
   const Fabric fabric(*in.cluster, *in.profile);
-  Platform platform(fabric);
+  Platform platform(fabric, latency_factor);
   std::unique_ptr<ActivityDump> dump;
   if (!in.options.dump_activities.empty()) {
     std::vector<std::string> cfg(args.begin() + 1, args.end());

@@ -21,7 +21,7 @@ struct Placement;
 class StepSource;
 
 enum class WorkloadMode { kPrefill, kDecode, kTraining, kSynthetic };
-enum class DispatchMode { kFlat, kHierarchical };
+enum class DispatchMode { kFlat, kHierarchical, kLowLatency };
 enum class GradientSync { kAllReduce, kFsdp };
 
 inline constexpr std::array<common::EnumName<WorkloadMode>, 4> kWorkloadModes{
@@ -29,8 +29,8 @@ inline constexpr std::array<common::EnumName<WorkloadMode>, 4> kWorkloadModes{
      {WorkloadMode::kDecode, "decode"},
      {WorkloadMode::kTraining, "training"},
      {WorkloadMode::kSynthetic, "synthetic"}}};
-inline constexpr std::array<common::EnumName<DispatchMode>, 2> kDispatchModes{
-    {{DispatchMode::kFlat, "flat"}, {DispatchMode::kHierarchical, "hierarchical"}}};
+inline constexpr std::array<common::EnumName<DispatchMode>, 3> kDispatchModes{
+    {{DispatchMode::kFlat, "flat"}, {DispatchMode::kHierarchical, "hierarchical"}, {DispatchMode::kLowLatency, "low_latency"}}};
 inline constexpr std::array<common::EnumName<GradientSync>, 2> kGradientSyncs{
     {{GradientSync::kAllReduce, "all_reduce"}, {GradientSync::kFsdp, "fsdp"}}};
 

@@ -144,11 +144,8 @@ void Executor::start_transfer(Task& t, std::uint32_t id) {
       row[static_cast<std::size_t>(t.dst)] += t.payload;
     }
   }
-  sg4::CommPtr comm = sg4::Comm::sendto_init(platform_.host(t.gpu), platform_.host(t.dst));
-  comm->set_payload_size(static_cast<std::uint64_t>(std::llround(t.amount)));
-  comm->set_data(reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
-  comm->start();
-  current_activities_.push_back(std::move(comm));
+  current_activities_.push_back(
+      platform_.send(t.gpu, t.dst, t.amount, t.latency, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1)));
   ++result_.activities;
 }
 
@@ -283,7 +280,7 @@ void Executor::dump_step(const StepGraph& g) {
     if (t.kind == TaskKind::kCompute && t.amount > 0.0)
       dump_->exec(base + i, t.gpu, t.amount * kHostSpeed, d);
     else if (t.kind == TaskKind::kTransfer && t.amount > 0.0 && t.gpu != t.dst)
-      dump_->comm(base + i, t.gpu, t.dst, static_cast<std::uint64_t>(std::llround(t.amount)), d);
+      dump_->comm(base + i, t.gpu, t.dst, static_cast<std::uint64_t>(std::llround(t.amount)), t.latency, d);
     else
       dump_->join(base + i, d);
   }

@@ -104,8 +104,8 @@ int GraphBuilder::pieces_for(int from, int to, double bytes, int most) const {
   return static_cast<int>(std::clamp(fit, 1.0, static_cast<double>(most)));
 }
 
-double GraphBuilder::a2a_scale(int gpu, double op_bytes) const {
-  return alltoall_scale(profile_, input_.ep, a2a_one_node_, op_bytes, a2a_port_[static_cast<std::size_t>(gpu)]);
+TransferSizing GraphBuilder::a2a_sizing(int gpu, double op_bytes) const {
+  return alltoall_sizing(profile_, input_.ep, a2a_one_node_, op_bytes, a2a_port_[static_cast<std::size_t>(gpu)]);
 }
 
 int GraphBuilder::gateway(int node, int gpu) const {
@@ -147,24 +147,30 @@ std::uint32_t GraphBuilder::add_compute(StepGraph& g, int gpu, Category cat, int
 }
 
 std::uint32_t GraphBuilder::add_transfer(StepGraph& g, int src, int dst, double bytes, Category cat, double op_bytes,
-                                         int slot, double scale) {
+                                         int slot, TransferSizing sizing) {
   Task x;
   x.kind = TaskKind::kTransfer;
   x.category = cat;
   x.gpu = src;
   x.dst = dst;
-  x.amount = bytes * scale;
+  x.amount = bytes * sizing.scale;
+  x.latency = sizing.latency;
   x.payload = bytes;
   x.op_bytes = op_bytes;
   x.layer = slot;
-  if (cat == Category::kDispatch || cat == Category::kCombine)
-    x.comm_sms = static_cast<std::int16_t>(input_.options.dispatch_sms);
+  if (cat == Category::kDispatch || cat == Category::kCombine) {
+    // Low-latency kernels hold no SM while their data moves (DeepEP's receive hook), unless the
+    // study says otherwise.
+    const bool ll = input_.options.dispatch == DispatchMode::kLowLatency;
+    x.comm_sms = static_cast<std::int16_t>(input_.options.dispatch_sms >= 0 ? input_.options.dispatch_sms : ll ? 0 : -1);
+  }
   return g.add(x);
 }
 
 std::uint32_t GraphBuilder::add_piece(StepGraph& g, int src, int dst, double bytes, Category cat, double op_bytes,
-                                      int slot, double scale, std::uint32_t after, bool first) {
-  const auto x = add_transfer(g, src, dst, bytes, cat, op_bytes, slot, scale);
+                                      int slot, TransferSizing sizing, std::uint32_t after, bool first) {
+  if (!first) sizing.latency = 0.0;  // the operation's fixed cost is paid once, by its first piece
+  const auto x = add_transfer(g, src, dst, bytes, cat, op_bytes, slot, sizing);
   if (!first) {
     // Posted right behind the previous piece: its route latency runs under that piece's transfer,
     // so it is taken off the wire amount (the payload stays).
@@ -214,7 +220,7 @@ std::uint32_t GraphBuilder::add_ring_collective(StepGraph& g, const std::vector<
   const SizedCollective ring = ring_collective(fabric_, profile_, op, group, bytes);
   for (const SizedTransfer& x : ring.transfers) {
     const int src = x.src;
-    const auto id = add_transfer(g, x.src, x.dst, x.bytes, cat, bytes, slot);
+    const auto id = add_transfer(g, x.src, x.dst, x.bytes, cat, bytes, slot, {1.0, x.latency});
     g.tasks[id].comm_op = op;
     g.edge(deps_per_gpu[static_cast<std::size_t>(src)], id);
     g.edge(id, j);
@@ -236,6 +242,7 @@ void GraphBuilder::route_moe_layer(StepGraph& g, const StepBatch& batch, const s
   if (chunk.size() != batch.size()) token_chunks(batch.home, home_tokens, chunks, chunk);
   const LayerTokens tokens{layer_major(batch, L) + moe_index * batch.size() * k, batch.home, batch.token_index, chunk};
   router_->route(moe_index, tokens, chunks, moe_.counts);
+  if (input_.options.dispatch == DispatchMode::kLowLatency) router_->count_pairs(moe_index, tokens, moe_.counts);
   const auto& counts = moe_.counts;
   const int ep = input_.ep, experts = arch_.num_experts;
   for (int r = 0; r < ep; ++r) {
@@ -302,6 +309,10 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
   const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes;
   const double token_bytes = static_cast<double>(arch_.hidden_size) * dispatch_bytes_ / tp;
   const bool hier = input_.options.dispatch == DispatchMode::kHierarchical;
+  // Low latency: one copy per (token, expert), straight to the expert's GPU; the kernel's fixed cost
+  // from the profile, the bytes at the links' rates.
+  const bool ll = input_.options.dispatch == DispatchMode::kLowLatency;
+  const auto sends = [&](int h, int r) { return ll ? counts.pair_send(c, h, r) : counts.send(c, h, r); };
   const int pieces = hier ? std::max(1, input_.options.forward_pieces) : 1;
   reset_lists(m.into, static_cast<std::size_t>(gpus()));
   for (int h = 0; h < ep; ++h) {
@@ -309,20 +320,23 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
       const int src = gpu_of(h, t);
       double op_bytes = 0.0;
       for (int r = 0; r < ep; ++r)
-        if (r != h) op_bytes += static_cast<double>(counts.send(c, h, r)) * token_bytes;
+        if (r != h) op_bytes += static_cast<double>(sends(h, r)) * token_bytes;
       if (op_bytes <= 0.0) continue;
-      const double scale = a2a_scale(src, op_bytes);
+      const TransferSizing sizing =
+          ll ? TransferSizing{1.0, profile_.low_latency.dispatch_latency} : a2a_sizing(src, op_bytes);
+      // Forwarding inside the destination node is part of the same kernels: route latency only.
+      const TransferSizing forward{sizing.scale, 0.0};
       auto [gate, op] = add_stream_op(g, src, m.attn_done[static_cast<std::size_t>(src)], Category::kDispatch, slot, s);
       m.gateway_arrival.assign(static_cast<std::size_t>(nodes * pieces), 0);
       m.gateway_pieces.assign(static_cast<std::size_t>(nodes), 0);
       for (int r = 0; r < ep; ++r) {
-        const long n = counts.send(c, h, r);
+        const long n = sends(h, r);
         if (r == h || n == 0) continue;
         const int dst = gpu_of(r, t);
         const int dn = rank_node_[static_cast<std::size_t>(r)];
         const double bytes = static_cast<double>(n) * token_bytes;
         if (!hier || dn == rank_node_[static_cast<std::size_t>(h)]) {
-          const auto x = add_transfer(g, src, dst, bytes, Category::kDispatch, op_bytes, slot, scale);
+          const auto x = add_transfer(g, src, dst, bytes, Category::kDispatch, op_bytes, slot, sizing);
           g.edge(gate, x);
           g.edge(x, op);
           m.into[static_cast<std::size_t>(dst)].push_back(x);
@@ -336,7 +350,7 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
           std::uint32_t prev = gate;
           for (int i = 0; i < split; ++i)
             m.gateway_arrival[first_piece + static_cast<std::size_t>(i)] = prev =
-                add_piece(g, src, gw, b / split, Category::kDispatch, op_bytes, slot, scale, prev, i == 0);
+                add_piece(g, src, gw, b / split, Category::kDispatch, op_bytes, slot, sizing, prev, i == 0);
           g.edge(prev, op);
         }
         const int n_pieces = m.gateway_pieces[static_cast<std::size_t>(dn)];
@@ -347,7 +361,7 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
         std::uint32_t prev = 0;
         for (int i = 0; i < n_pieces; ++i) {
           const auto arrived = m.gateway_arrival[first_piece + static_cast<std::size_t>(i)];
-          const auto f = add_piece(g, gw, dst, bytes / n_pieces, Category::kDispatch, op_bytes, slot, scale, arrived, i == 0);
+          const auto f = add_piece(g, gw, dst, bytes / n_pieces, Category::kDispatch, op_bytes, slot, forward, arrived, i == 0);
           if (i > 0) g.edge(prev, f);
           prev = f;
         }
@@ -412,6 +426,8 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
   const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes, n_gpus = gpus();
   const double token_bytes = static_cast<double>(arch_.hidden_size) * combine_bytes_ / tp;
   const bool hier = input_.options.dispatch == DispatchMode::kHierarchical;
+  const bool ll = input_.options.dispatch == DispatchMode::kLowLatency;  // as in add_dispatch
+  const auto sends = [&](int h, int r) { return ll ? counts.pair_send(c, h, r) : counts.send(c, h, r); };
   const int pieces = hier ? std::max(1, input_.options.forward_pieces) : 1;
   reset_lists(m.at_gateway, static_cast<std::size_t>(n_gpus * nodes * pieces));
   m.combine_pieces.assign(static_cast<std::size_t>(n_gpus * nodes), 0);
@@ -421,19 +437,20 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
       const int src = gpu_of(r, t);
       double op_bytes = 0.0;
       for (int h = 0; h < ep; ++h)
-        if (h != r) op_bytes += static_cast<double>(counts.send(c, h, r)) * token_bytes;
+        if (h != r) op_bytes += static_cast<double>(sends(h, r)) * token_bytes;
       if (op_bytes <= 0.0) continue;
-      const double scale = a2a_scale(src, op_bytes);
+      const TransferSizing sizing =
+          ll ? TransferSizing{1.0, profile_.low_latency.combine_latency} : a2a_sizing(src, op_bytes);
       auto [gate, op] = add_stream_op(g, src, m.compute_done[static_cast<std::size_t>(src)], Category::kCombine, slot, s);
       m.combine_op[static_cast<std::size_t>(src)] = op;
       const int sn = rank_node_[static_cast<std::size_t>(r)];
       for (int h = 0; h < ep; ++h) {
-        const long n = counts.send(c, h, r);
+        const long n = sends(h, r);
         if (h == r || n == 0) continue;
         const int home = gpu_of(h, t);
         const double bytes = static_cast<double>(n) * token_bytes;
         if (!hier || sn == rank_node_[static_cast<std::size_t>(h)]) {
-          const auto x = add_transfer(g, src, home, bytes, Category::kCombine, op_bytes, slot, scale);
+          const auto x = add_transfer(g, src, home, bytes, Category::kCombine, op_bytes, slot, sizing);
           g.edge(gate, x);
           g.edge(x, op);
           m.arrivals[static_cast<std::size_t>(home)].push_back(x);
@@ -452,7 +469,7 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
         }
         std::uint32_t prev = gate;
         for (int i = 0; i < n_pieces; ++i) {
-          prev = add_piece(g, src, gw, bytes / n_pieces, Category::kCombine, op_bytes, slot, scale, prev, i == 0);
+          prev = add_piece(g, src, gw, bytes / n_pieces, Category::kCombine, op_bytes, slot, sizing, prev, i == 0);
           m.at_gateway[first_piece + static_cast<std::size_t>(i)].push_back(prev);
         }
         g.edge(prev, op);
@@ -468,7 +485,7 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
       std::uint32_t prev = 0;
       for (int i = 0; i < n_pieces; ++i) {
         const auto& ready = m.at_gateway[key * static_cast<std::size_t>(pieces) + static_cast<std::size_t>(i)];
-        const auto x = add_piece(g, gateway(sn, home), home, bytes / n_pieces, Category::kCombine, bytes, slot, 1.0,
+        const auto x = add_piece(g, gateway(sn, home), home, bytes / n_pieces, Category::kCombine, bytes, slot, {},
                                  i == 0 ? ready.front() : prev, i == 0);
         for (std::size_t d = i == 0 ? 1 : 0; d < ready.size(); ++d) g.edge(ready[d], x);
         prev = x;

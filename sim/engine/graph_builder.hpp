@@ -87,9 +87,10 @@ class GraphBuilder {
 
   std::uint32_t add_compute(StepGraph& g, int gpu, Category cat, int slot, const models::ExpertWork& w, Streams& s,
                             std::initializer_list<std::uint32_t> deps);
-  // `scale`: the transfer's wire bytes over its payload (its operation's achieved rate, collectives.hpp).
+  // `sizing`: the transfer's wire bytes over its payload (its operation's achieved rate) and the
+  // latency before its first byte moves (its operation's fixed cost), collectives.hpp.
   std::uint32_t add_transfer(StepGraph& g, int src, int dst, double bytes, Category cat, double op_bytes, int slot,
-                             double scale = 1.0);
+                             TransferSizing sizing = {});
   // A stream operation on `gpu`'s communication stream, started after the stream's previous
   // operation and `dep`: returns (gate, operation) for the transfers to hang between.
   std::pair<std::uint32_t, std::uint32_t> add_stream_op(StepGraph& g, int gpu, std::uint32_t dep, Category cat, int slot,
@@ -106,10 +107,11 @@ class GraphBuilder {
   int gpu_of(int rank, int t) const { return rank * input_.tp + t; }
   int gpus() const { return input_.ep * input_.tp; }
   int gateway(int node, int gpu) const;  // the GPU of `gpu`'s local index in `node`
-  // A transfer that follows `after` (a piece of a pipelined batch); a piece after the first has its
-  // route latency taken off its wire amount (it is posted while the previous one moves).
+  // A transfer that follows `after` (a piece of a pipelined batch); a piece after the first waits
+  // only its route's latency, and that is taken off its wire amount (it is posted while the
+  // previous one moves).
   std::uint32_t add_piece(StepGraph& g, int src, int dst, double bytes, Category cat, double op_bytes, int slot,
-                          double scale, std::uint32_t after, bool first);
+                          TransferSizing sizing, std::uint32_t after, bool first);
   // Pieces (1 .. most) to pipeline `bytes` from `from` to `to` in: as many as keep each piece's
   // transfer time at the route's bandwidth no shorter than its latency.
   int pieces_for(int from, int to, double bytes, int most) const;
@@ -130,10 +132,10 @@ class GraphBuilder {
   StepBatch batch_;
   std::vector<int> rank_node_;
   // The EP group of one TP index lies on one node; per GPU, the port its all-to-all transfers leave
-  // through (NVLink, or the network port when the group spans nodes), for alltoall_scale.
+  // through (NVLink, or the network port when the group spans nodes), for alltoall_sizing.
   bool a2a_one_node_ = true;
   std::vector<RouteFigures> a2a_port_;
-  double a2a_scale(int gpu, double op_bytes) const;
+  TransferSizing a2a_sizing(int gpu, double op_bytes) const;
   std::unique_ptr<LayerRouter> router_;
 
   // The batch's expert ids by layer ([layer][token][k]), so that routing one layer reads them in

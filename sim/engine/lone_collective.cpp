@@ -41,10 +41,7 @@ SimResult simulate_lone_collective(const models::Cluster& cluster, const models:
     const double start = sg4::Engine::get_clock();
     std::vector<sg4::CommPtr> comms;
     for (const SizedTransfer& x : c.transfers) {
-      sg4::CommPtr comm = sg4::Comm::sendto_init(platform.host(x.src), platform.host(x.dst));
-      comm->set_payload_size(static_cast<std::uint64_t>(std::llround(x.bytes)));
-      comm->start();
-      comms.push_back(comm);
+      comms.push_back(platform.send(x.src, x.dst, x.bytes, x.latency));
     }
     engine.run();
     r.step_latency.push_back(sg4::Engine::get_clock() - start);

@@ -1,8 +1,14 @@
 #include "sim/engine/platform.hpp"
 
+#include <simgrid/kernel/resource/NetworkModelIntf.hpp>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 namespace moesim::sim {
 
@@ -10,9 +16,14 @@ namespace {
 
 using Dir = sg4::LinkInRoute::Direction;
 
+// A link with no latency gets this much, so that a route's latency can always be stretched by a
+// factor (send()); 1 ps is below anything the engine reports.
+constexpr double kMinLinkLatency = 1e-12;
+
 }  // namespace
 
-Platform::Platform(const Fabric& fabric) : fabric_(fabric) {
+Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor)
+    : fabric_(fabric), latency_factor_(std::move(latency_factor)) {
   auto* zone = sg4::create_full_zone("cluster");
   std::vector<double> speeds(kMaxSlowdownIndex + 1);
   for (int i = 0; i <= kMaxSlowdownIndex; ++i) speeds[static_cast<std::size_t>(i)] = kHostSpeed / (1.0 + i * kSlowdownStep);
@@ -31,11 +42,11 @@ Platform::Platform(const Fabric& fabric) : fabric_(fabric) {
     const FabricLink& l = links[i];
     if (l.shared) {
       shared_[i] = zone->create_link(l.name, l.bandwidth);
-      shared_[i]->set_latency(l.latency);
+      shared_[i]->set_latency(std::max(l.latency, kMinLinkLatency));
       shared_[i]->seal();
     } else {
       duplex_[i] = zone->create_split_duplex_link(l.name, l.bandwidth);
-      duplex_[i]->set_latency(l.latency);
+      duplex_[i]->set_latency(std::max(l.latency, kMinLinkLatency));
       duplex_[i]->seal();
     }
   }
@@ -57,6 +68,28 @@ Platform::Platform(const Fabric& fabric) : fabric_(fabric) {
                       nullptr, nullptr, route, false);
     }
   zone->seal();
+  // A transfer's latency is its route's (times a study's latency factor), stretched to the one
+  // send() asks for: SimGrid computes it while the transfer starts, inside Comm::start(), so the
+  // factor applies to that transfer alone.
+  zone->get_network_model()->set_lat_factor_cb(
+      [this](double size, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& crossed,
+             const std::unordered_set<sg4::NetZone*>&) {
+        const double factor = latency_factor_.at(size);
+        if (next_latency_ <= 0.0) return factor;
+        double own = 0.0;
+        for (const sg4::Link* l : crossed) own += l->get_latency();
+        return own > 0.0 && next_latency_ > own * factor ? next_latency_ / own : factor;
+      });
+}
+
+sg4::CommPtr Platform::send(int src, int dst, double bytes, double latency, void* data) {
+  sg4::CommPtr comm = sg4::Comm::sendto_init(host(src), host(dst));
+  comm->set_payload_size(static_cast<std::uint64_t>(std::llround(bytes)));
+  if (data != nullptr) comm->set_data(data);
+  next_latency_ = latency;
+  comm->start();
+  next_latency_ = 0.0;
+  return comm;
 }
 
 sg4::Link* Platform::link(const Hop& hop) const {

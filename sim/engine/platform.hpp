@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sim/engine/fabric.hpp"
+#include "sim/engine/latency_factor.hpp"
 
 namespace moesim::sim {
 
@@ -22,7 +23,9 @@ inline constexpr int kMaxSlowdownIndex = 8000;    // slowdown factors up to 5.0
 
 class Platform {
  public:
-  explicit Platform(const Fabric& fabric);
+  // `latency_factor`: a study's network/latency-factor setting, applied to every route's latency
+  // (latency_factor.hpp).
+  explicit Platform(const Fabric& fabric, LatencyFactor latency_factor = {});
 
   sg4::Host* host(int gpu) const { return hosts_[static_cast<std::size_t>(gpu)]; }
   int gpus() const { return static_cast<int>(hosts_.size()); }
@@ -33,6 +36,10 @@ class Platform {
   void set_comm_slowdown(int gpu, double factor);
   // The SimGrid link of a fabric link, and of one direction of it (a shared link: itself).
   sg4::Link* link(const Hop& hop) const;
+  // Starts a transfer of `bytes` from `src` to `dst` whose first byte moves `latency` s after it
+  // starts (its operation's fixed cost, docs/simulator.md "Collectives"); the route's own latency
+  // when `latency` is shorter. During that time it holds no bandwidth (SimGrid's latency phase).
+  sg4::CommPtr send(int src, int dst, double bytes, double latency, void* data = nullptr);
 
  private:
   struct GpuState {
@@ -45,6 +52,8 @@ class Platform {
   std::vector<sg4::SplitDuplexLink*> duplex_;  // per fabric link, null for shared links
   std::vector<sg4::Link*> shared_;             // per fabric link, null for split-duplex links
   std::vector<GpuState> state_;
+  LatencyFactor latency_factor_;
+  double next_latency_ = 0.0;  // the latency send() asks of the transfer being started
 };
 
 }  // namespace moesim::sim

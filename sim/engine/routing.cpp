@@ -94,6 +94,16 @@ int LayerRouter::chosen(std::size_t layer, std::uint16_t expert, int home, std::
   return replica_for(placement_.ranks[layer][expert], home, token_index, rank_node_);
 }
 
+void LayerRouter::count_pairs(std::size_t layer, const LayerTokens& tokens, LayerCounts& out) const {
+  reset_counts(out.pair_sends, static_cast<std::size_t>(out.chunks), static_cast<std::size_t>(ep_ * ep_));
+  const auto k = static_cast<std::size_t>(top_k_);
+  for (std::size_t i = 0; i < tokens.home.size(); ++i) {
+    const int h = tokens.home[i];
+    long* row = out.pair_sends[tokens.chunk[i]].data() + static_cast<std::size_t>(h) * static_cast<std::size_t>(ep_);
+    for (std::size_t j = 0; j < k; ++j) ++row[chosen(layer, tokens.ids[i * k + j], h, tokens.token_index[i])];
+  }
+}
+
 void LayerRouter::route(std::size_t layer, const LayerTokens& tokens, int chunks, LayerCounts& out) {
   out.reset(ep_, experts_, nodes_, chunks);
   if (ep_ <= kMaskRanks) {
@@ -242,6 +252,7 @@ void route_layer_reference(const Placement& placement, std::span<const int> rank
   int nodes = 0;
   for (int n : rank_node) nodes = std::max(nodes, n + 1);
   out.reset(ep, experts, nodes, chunks);
+  reset_counts(out.pair_sends, static_cast<std::size_t>(chunks), static_cast<std::size_t>(ep * ep));
   for (std::size_t i = 0; i < tokens.home.size(); ++i) {
     const int h = tokens.home[i];
     const std::size_t c = tokens.chunk[i];
@@ -250,6 +261,7 @@ void route_layer_reference(const Placement& placement, std::span<const int> rank
       const std::uint16_t e = tokens.ids[i * static_cast<std::size_t>(top_k) + static_cast<std::size_t>(j)];
       const int r = replica_for(placement.ranks[layer][e], h, tokens.token_index[i], rank_node);
       ++out.expert_tokens[c][static_cast<std::size_t>(r * experts + e)];
+      ++out.pair_sends[c][static_cast<std::size_t>(h * ep + r)];
       if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
     }
     for (int r : ranks) {

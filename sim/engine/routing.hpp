@@ -21,9 +21,13 @@ struct LayerCounts {
   // [c][h * nodes + n]: tokens home rank h sends to node n (each token once per node it reaches),
   // counted for nodes other than h's own: what hierarchical dispatch moves between nodes.
   std::vector<std::vector<long>> node_sends;
+  // [c][h * ep + r]: (token, expert) pairs home rank h sends to rank r, one copy per expert (what
+  // low-latency dispatch moves); filled only by LayerRouter::count_pairs, empty otherwise.
+  std::vector<std::vector<long>> pair_sends;
   void reset(int ep, int experts, int nodes, int chunks);
   long send(std::size_t c, int h, int r) const { return sends[c][static_cast<std::size_t>(h * ep + r)]; }
   long node_send(std::size_t c, int h, int n) const { return node_sends[c][static_cast<std::size_t>(h * nodes + n)]; }
+  long pair_send(std::size_t c, int h, int r) const { return pair_sends[c][static_cast<std::size_t>(h * ep + r)]; }
 };
 
 // One layer's tokens: their expert ids [token][k] for this layer, homes, stream indices (for the
@@ -44,6 +48,9 @@ class LayerRouter {
   LayerRouter(const Placement& placement, std::vector<int> rank_node, int experts, int top_k);
   // `chunks`: the chunk count (every token's chunk below it).
   void route(std::size_t layer, const LayerTokens& tokens, int chunks, LayerCounts& out);
+  // After route() on the same tokens: fills out.pair_sends (each token once per expert it chose,
+  // to the replica the routing rule picks).
+  void count_pairs(std::size_t layer, const LayerTokens& tokens, LayerCounts& out) const;
 
  private:
   static constexpr int kMaskRanks = 8;  // up to this many EP ranks, a token's destination set is counted whole

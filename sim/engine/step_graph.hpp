@@ -38,6 +38,7 @@ struct Task {
                              // (this many bytes to every other GPU; see GraphBuilder::build_synthetic_step)
   double amount = 0.0;    // compute: seconds at full speed; transfer: bytes on the wire
   double payload = 0.0;   // transfer: bytes of data it carries (amount is scaled to its operation's rate)
+  double latency = 0.0;   // transfer: s before its first byte moves (its operation's fixed cost); 0: the route's
   double flops = 0.0;     // compute: FLOP, for the contention lookup
   models::ComputeClass compute_class = models::ComputeClass::kComputeBound;  // compute: its roofline class
   double power = 0.0;     // compute: W it draws alone, uncapped, at the full clock (models::kernel_power)

@@ -1,7 +1,8 @@
 // The engine's routing kernels (sim/engine/routing.hpp) against the plain token-by-token rule: every
 // fast path (single holders on <= 8 ranks, replicated experts on <= 8 ranks, bit sets up to 64
 // ranks, membership marks beyond) must give the same per-chunk sends, expert tokens and per-node
-// sends as route_layer_reference, on random routing with replicas, several nodes and chunks.
+// sends as route_layer_reference, on random routing with replicas, several nodes and chunks; and
+// LayerRouter::count_pairs its (token, expert) pairs per (home, rank).
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -75,10 +76,16 @@ void check_case(const Case& c) {
     CHECK(fast.sends == plain.sends);
     CHECK(fast.expert_tokens == plain.expert_tokens);
     CHECK(fast.node_sends == plain.node_sends);
-    long total = 0;
+    CHECK(fast.pair_sends.empty());  // only count_pairs fills them
+    router.count_pairs(static_cast<std::size_t>(l), t, fast);
+    CHECK(fast.pair_sends == plain.pair_sends);
+    long total = 0, pairs = 0;
     for (const auto& row : plain.expert_tokens)
       for (long n : row) total += n;
+    for (const auto& row : fast.pair_sends)
+      for (long n : row) pairs += n;
     CHECK(total == static_cast<long>(tokens) * c.top_k);
+    CHECK(pairs == total);  // one copy per (token, expert), the home rank's own included
   }
 }
 

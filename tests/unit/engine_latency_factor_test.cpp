@@ -1,0 +1,53 @@
+// SimGrid's network/latency-factor setting as moesim applies it (sim/engine/latency_factor.hpp):
+// parsed in SimGrid's two forms, taken out of SimGrid's arguments, bad values named.
+#include <doctest/doctest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sim/engine/latency_factor.hpp"
+
+using moesim::sim::LatencyFactor;
+
+TEST_CASE("latency factor: one factor, ranges by size, and what is not SimGrid's form") {
+  const auto one = LatencyFactor::parse("10");
+  REQUIRE(one);
+  CHECK(one->at(0.0) == 10.0);
+  CHECK(one->at(1e9) == 10.0);
+
+  const auto ranges = LatencyFactor::parse("0:1.5;65472:11.6;1e6:3");
+  REQUIRE(ranges);
+  CHECK(ranges->at(100.0) == 1.5);
+  CHECK(ranges->at(65472.0) == 11.6);
+  CHECK(ranges->at(5e5) == 11.6);
+  CHECK(ranges->at(2e6) == 3.0);
+  const auto late = LatencyFactor::parse("1000:2");
+  REQUIRE(late);
+  CHECK(late->at(999.0) == 1.0);  // below the first range: unchanged
+  CHECK(LatencyFactor{}.at(123.0) == 1.0);
+
+  for (const char* bad : {"", "x", "-1", "0:1;0:2", "10:1;5:2", "0:", ":3", "0:-2", "1 2"})
+    CHECK_MESSAGE(!LatencyFactor::parse(bad), bad);
+}
+
+TEST_CASE("latency factor: taken out of SimGrid's arguments, the last setting winning") {
+  std::vector<std::string> args{"moesim", "--cfg=network/model:CM02", "--cfg=network/latency-factor:2",
+                                "--cfg=network/TCP-gamma:0", "--cfg=network/latency-factor:0:1;100:4"};
+  const LatencyFactor f = LatencyFactor::take_from(args);
+  CHECK(args == std::vector<std::string>{"moesim", "--cfg=network/model:CM02", "--cfg=network/TCP-gamma:0"});
+  CHECK(f.at(50.0) == 1.0);
+  CHECK(f.at(100.0) == 4.0);
+
+  std::vector<std::string> none{"moesim", "--cfg=network/model:CM02"};
+  CHECK(LatencyFactor::take_from(none).at(1.0) == 1.0);
+  CHECK(none.size() == 2);
+
+  std::vector<std::string> bad{"moesim", "--cfg=network/latency-factor:fast"};
+  try {
+    LatencyFactor::take_from(bad);
+    FAIL("expected an error");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("network/latency-factor:fast: expected a factor >= 0") != std::string::npos);
+  }
+}

@@ -129,7 +129,9 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out, const 
       "layers", po::value<std::string>()->default_value("0"), "MoE layer indices into the trace, comma-separated")(
       "batches", po::value<std::string>()->default_value("97,1000,3333"),
       "tokens per window, comma-separated (not powers of two: off the profile's grid)")(
-      "traffic-bytes", po::value<std::string>()->default_value("64M"), "bytes of the concurrent copy traffic")(
+      "traffic-bytes", po::value<std::string>()->default_value("64M"),
+      "bytes of the copy traffic that runs throughout the `traffic` cases (two micro-batches size theirs as a "
+      "dispatch or combine of a half)")(
       "ctas", po::value<int>()->default_value(16), "CTAs of the copy kernel standing in for NCCL")(
       "tp", po::value<int>()->default_value(1), "tensor-parallel degree of the experts")(
       "iters,n", po::value<int>()->default_value(15), "samples per case")(
@@ -152,8 +154,8 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out, const 
   const std::vector<ValidationCase> cases = validation_cases(*trace, layers, parse_longs(vm["batches"].as<std::string>(), "--batches"));
   const int tp = vm["tp"].as<int>();
   if (tp < 1) throw UsageError("--tp: expected a positive integer");
-  // Predictions first: a profile without the model's dtype fails before a GPU is touched.
-  for (const ValidationCase& c : cases) predict_case(profile, arch, c, tp, models::CollectiveOp::kAllToAll, 1.0);
+  if (vm["ctas"].as<int>() < 0)
+    throw UsageError("--ctas: expected a number of blocks (0: 4 per SM), got " + std::to_string(vm["ctas"].as<int>()));
   const Traffic traffic{"copy_kernel",
                         std::nullopt,
                         parse_size(vm["traffic-bytes"].as<std::string>(), "--traffic-bytes"),
@@ -161,6 +163,9 @@ int run_validate(const std::vector<std::string>& args, std::ostream& out, const 
                         vm["ctas"].as<int>(),
                         {},
                         1};
+  // Predictions first: a profile without the model's dtype (or an HBM rate for the two-micro-batch
+  // traffic) fails before a GPU is touched.
+  for (const ValidationCase& c : cases) predict_case(profile, arch, c, tp, models::CollectiveOp::kAllToAll, traffic);
   DeviceRequest request;
   request.fake = vm.count("fake-device") > 0;
   std::unique_ptr<Device> device = open_requested(env, request);

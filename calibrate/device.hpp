@@ -103,6 +103,18 @@ struct OverlapRun {
   double comm_overlap = 0.0;
 };
 
+// GEMM work and ONE traffic operation started together on two streams (both released by one event),
+// and the same two back to back (the traffic starts when the GEMMs end). Per sample, s (one pair per
+// sample, not per operation): `span` from the common start until both streams are done; `gemm` and
+// `comm` from the common start until that stream is done; `sequential` from the GEMMs' start until
+// the traffic after them is done; `gemm_alone` and `comm_alone` each part of that sequential run.
+// What one phase of two-batch overlap is: one micro-batch's experts while the other's dispatch or
+// combine moves.
+struct ConcurrentRun {
+  std::vector<double> span, gemm, comm;
+  std::vector<double> sequential, gemm_alone, comm_alone;
+};
+
 // One power state held for about `seconds`.
 struct PowerState {
   std::string state;  // "idle", "compute", "memory_bound", "communication", "overlapped"
@@ -131,6 +143,8 @@ class Device {
   virtual CollectiveRun time_collective(const Traffic& traffic, const Timing& timing) = 0;
   virtual std::vector<double> time_traffic(const Traffic& traffic, const Timing& timing) = 0;
   virtual OverlapRun time_overlap(const GemmWork& work, const Traffic& traffic, const Timing& timing) = 0;
+  // `timing.inner` is ignored: a sample is one concurrent pair (and one sequential pair).
+  virtual ConcurrentRun time_concurrent(const GemmWork& work, const Traffic& traffic, const Timing& timing) = 0;
   virtual PowerRun measure_power(const PowerState& state) = 0;
   // Power-limit and clock control; the device restores what it found when destroyed (and on
   // SIGINT/SIGTERM, through the interruption check between measurements). Watts / hertz; 0 resets.

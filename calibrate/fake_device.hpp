@@ -9,6 +9,10 @@
 // nodes), and rank r's host timer reads it (1 + 0.002 (r mod 4)) times, so ranks differ a little. A
 // rank listed in `slowdown` runs its GEMMs and copies that many times slower; a stalled rank hangs in
 // its first collective until the communication is aborted (for the robustness tests).
+// GEMMs and one traffic operation started together (time_concurrent) share the GPU as the
+// simulator's executor has them share it: while both run, the GEMMs advance at 1 / s_c of their
+// speed alone (s_c = true_compute_slowdown(bytes)) and the traffic at 1 / kCommSlowdown; whichever is
+// left runs at full speed (true_concurrent). Run back to back they take the sum of their times.
 #pragma once
 
 #include <algorithm>
@@ -95,6 +99,20 @@ class FakeDevice : public Device {
   }
   static double true_compute_slowdown(double bytes) { return 1.0 + 0.25 * bytes / (bytes + 64e6); }
   static constexpr double kCommSlowdown = 1.12;
+  // When GEMMs of `gemm` s alone and traffic of `comm` s alone, started together, end (s from the
+  // start): each advances at 1/slowdown while both run, alone at full speed afterwards.
+  struct ConcurrentEnds {
+    double gemm = 0.0;
+    double comm = 0.0;
+  };
+  static ConcurrentEnds true_concurrent(double gemm, double comm, double compute_slowdown, double comm_slowdown) {
+    if (gemm * compute_slowdown <= comm * comm_slowdown) {
+      const double t = gemm * compute_slowdown;
+      return {t, t + comm - t / comm_slowdown};
+    }
+    const double t = comm * comm_slowdown;
+    return {t + gemm - t / compute_slowdown, t};
+  }
 
   // A collective of a cluster run as every rank's timer would see it without the per-rank skew.
   double true_cluster_collective(const Traffic& t) const {
@@ -133,6 +151,23 @@ class FakeDevice : public Device {
     r.gemm_overlapped = jitter(true_work(w) * speed_ * true_compute_slowdown(tr.bytes), t.repetitions);
     r.comm_overlapped = jitter(comm_time(tr) * kCommSlowdown, t.repetitions);
     r.gemm_overlap = r.comm_overlap = 0.99;
+    return r;
+  }
+  ConcurrentRun time_concurrent(const GemmWork& w, const Traffic& tr, const Timing& t) override {
+    if (world_.world > 1 && tr.kind == "nccl") stall_if_asked();
+    const double g = true_work(w) * speed_, c = comm_time(tr);
+    const ConcurrentEnds e = true_concurrent(g, c, true_compute_slowdown(tr.bytes), kCommSlowdown);
+    ConcurrentRun r;
+    // One jitter factor per sample: each sample's span is exactly the later of its two ends.
+    for (int i = 0; i < t.repetitions; ++i) {
+      const double f = 1.0 + 0.004 * ((i * 7 + counter_++) % 5 - 2);
+      r.gemm.push_back(e.gemm * f);
+      r.comm.push_back(e.comm * f);
+      r.span.push_back(std::max(e.gemm, e.comm) * f);
+      r.gemm_alone.push_back(g * f);
+      r.comm_alone.push_back(c * f);
+      r.sequential.push_back((g + c) * f);
+    }
     return r;
   }
   PowerRun measure_power(const PowerState& s) override {

@@ -1,8 +1,9 @@
 #!/bin/sh
 # One prepared run on a GPU machine (one H200: under 8 minutes): the GPU smoke test, a quick
 # calibration (GEMMs, the contention grid, power by state and kernel class) and `validate` (a real
-# MoE expert layer alone and under communication, against the profile just measured), with the
-# profile, its raw JSON, the logs and the predicted-vs-measured table written to OUT.
+# MoE expert layer alone, under communication, and as two micro-batches overlapping each other's
+# dispatch and combine, against the profile just measured), with the profile, its raw JSON, the logs
+# and the predicted-vs-measured table written to OUT.
 #
 # Usage: sh tools/gpu-validate.sh --build-only [--build DIR]     (here: build what travels)
 #        sh tools/gpu-validate.sh [--out DIR] [--build DIR] [--fake] [--gpus N]   (there: measure)
@@ -124,6 +125,8 @@ if [ -f "$profile" ]; then
   # Layers 0 and 13 of the shipped DeepSeek-V2-Lite trace, three window sizes off the profile's grid.
   step validate 120 "$out/validation.txt" "$bin" validate $fake --profile "$profile" \
     --trace "$root/traces/data/deepseek-v2-lite-intent.mtr" --layers 0,13 --json "$out/validation.json" --force
+  # The verdict per kind of case (alone, traffic, two micro-batches), then over all of them.
+  grep -E '^#   [a-z -]+ +[0-9]+ cases:' "$out/validation.txt" | sed 's/^#   /# validation:   /' >> "$summary"
   grep -E '^# [0-9]+ cases:' "$out/validation.txt" | sed 's/^# /# validation: /' >> "$summary"
   grep -q ': PASS' "$out/validation.txt" || status=1
 else

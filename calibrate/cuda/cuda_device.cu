@@ -225,6 +225,7 @@ class CudaDevice final : public Device {
   CollectiveRun time_collective(const Traffic& traffic, const Timing& timing) override;
   std::vector<double> time_traffic(const Traffic& traffic, const Timing& timing) override;
   OverlapRun time_overlap(const GemmWork& work, const Traffic& traffic, const Timing& timing) override;
+  ConcurrentRun time_concurrent(const GemmWork& work, const Traffic& traffic, const Timing& timing) override;
   PowerRun measure_power(const PowerState& state) override;
   void set_power_limit(double watts) override;
   void set_sm_clock_limit(double hertz) override;
@@ -269,7 +270,7 @@ class CudaDevice final : public Device {
   nvmlDevice_t nvml_device_ = nullptr;
   cublasLtHandle_t handle_ = nullptr;
   cudaStream_t s1_ = nullptr, s2_ = nullptr;
-  cudaEvent_t ev_[5] = {};
+  cudaEvent_t ev_[8] = {};
   DeviceBuffer workspace_, gemm_pool_, src_, dst_;
   PinnedBuffer host_;
   std::size_t workspace_bytes_ = 64u << 20;
@@ -774,6 +775,75 @@ OverlapRun CudaDevice::time_overlap(const GemmWork& work, const Traffic& t, cons
       run.comm_overlapped.push_back(elapsed(ev_[2], ev_[3]) * 1e-3 / ic);
       run.comm_overlap = std::min(run.comm_overlap,
                                   interval_overlap(elapsed(ev_[0], ev_[2]), elapsed(ev_[0], ev_[3]), 0.0, elapsed(ev_[0], ev_[1])));
+    }
+    MOESIM_CUDA(cudaGetLastError());
+  } catch (...) {
+    destroy(w);
+    throw;
+  }
+  destroy(w);
+  return run;
+}
+
+ConcurrentRun CudaDevice::time_concurrent(const GemmWork& work, const Traffic& t, const Timing& timing) {
+  PreparedWork w;
+  prepare(w, work);
+  ConcurrentRun run;
+  try {
+    cudaStream_t cs = nullptr;
+    const Launch comm = traffic_launch(t, cs);
+    // A cluster run's collectives must be launched as often on every rank: no sample is retried.
+    const bool shared = t.kind == "nccl" && cluster();
+    cudaEvent_t start = ev_[5], gemm_end = ev_[6], comm_end = ev_[7];
+    // Both streams wait behind a spinning kernel while the host enqueues the pair; if the spin ended
+    // before the host was done, the pair did not start together: the sample is taken again with a
+    // longer spin.
+    unsigned long long hold_ns = shared ? 1000000ull : 100000ull;
+    int it = 0;
+    auto pair = [&](bool concurrent) {
+      for (int attempt = 0;; ++attempt) {
+        hold_kernel(hold_ns, s1_);
+        MOESIM_CUDA(cudaEventRecord(start, s1_));
+        if (concurrent) {
+          MOESIM_CUDA(cudaStreamWaitEvent(cs, start, 0));
+          comm(it);
+          MOESIM_CUDA(cudaEventRecord(comm_end, cs));
+          launch_work(w, it, s1_);
+          MOESIM_CUDA(cudaEventRecord(gemm_end, s1_));
+        } else {
+          launch_work(w, it, s1_);
+          MOESIM_CUDA(cudaEventRecord(gemm_end, s1_));
+          MOESIM_CUDA(cudaStreamWaitEvent(cs, gemm_end, 0));
+          comm(it);
+          MOESIM_CUDA(cudaEventRecord(comm_end, cs));
+        }
+        ++it;
+        const cudaError_t q = cudaEventQuery(start);
+        const bool held = q == cudaErrorNotReady;
+        if (q != cudaSuccess && q != cudaErrorNotReady) MOESIM_CUDA(q);
+        MOESIM_CUDA(cudaEventSynchronize(gemm_end));
+        MOESIM_CUDA(cudaEventSynchronize(comm_end));
+        if (held || shared) return;
+        if (attempt >= 6)
+          throw common::RunError("the GEMMs and the traffic could not be started together: the host took longer "
+                                 "than " + std::to_string(hold_ns / 1000) + " us to enqueue them");
+        hold_ns *= 2;
+      }
+    };
+    for (int i = 0; i < timing.warmup; ++i) {
+      pair(true);
+      pair(false);
+    }
+    for (int rep = 0; rep < timing.repetitions; ++rep) {
+      pair(true);
+      const double g = elapsed(start, gemm_end) * 1e-3, c = elapsed(start, comm_end) * 1e-3;
+      run.gemm.push_back(g);
+      run.comm.push_back(c);
+      run.span.push_back(std::max(g, c));
+      pair(false);
+      run.gemm_alone.push_back(elapsed(start, gemm_end) * 1e-3);
+      run.comm_alone.push_back(elapsed(gemm_end, comm_end) * 1e-3);
+      run.sequential.push_back(elapsed(start, comm_end) * 1e-3);
     }
     MOESIM_CUDA(cudaGetLastError());
   } catch (...) {

@@ -35,6 +35,15 @@ __global__ void copy16(uint4* dst, const uint4* src, std::size_t n) {
     dst[i] = src[i];
 }
 
+__global__ void hold(unsigned long long ns) {
+  unsigned long long t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
 __host__ __device__ float pattern(int rank, std::size_t i) {
   return static_cast<float>(static_cast<int>((rank * 131u + i * 7u + (i >> 10)) % 17u) - 8);
 }
@@ -89,6 +98,8 @@ void copy_kernel(void* dst, const void* src, std::size_t bytes, int ctas, cudaSt
   copy16<<<static_cast<unsigned>(std::max(ctas, 1)), 512, 0, s>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src),
                                                                   bytes / 16);
 }
+
+void hold_kernel(unsigned long long ns, cudaStream_t s) { hold<<<1, 1, 0, s>>>(ns); }
 
 void fill_pattern(float* data, std::size_t n, int rank, std::size_t offset, cudaStream_t s) {
   if (n) pattern_kernel<<<blocks_for(n), 256, 0, s>>>(data, n, rank, offset);

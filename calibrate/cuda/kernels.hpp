@@ -14,6 +14,9 @@ std::size_t element_size(ElementType t);
 void fill_random(void* data, std::size_t elements, ElementType type, unsigned long long seed, cudaStream_t stream);
 // `bytes` (a multiple of 16) from src to dst on `ctas` blocks of 512 threads, 16-byte accesses.
 void copy_kernel(void* dst, const void* src, std::size_t bytes, int ctas, cudaStream_t stream);
+// One thread that spins for about `ns` nanoseconds (the global timer): holds a stream while the host
+// enqueues work behind it, so that work on two streams can start together.
+void hold_kernel(unsigned long long ns, cudaStream_t stream);
 // The collective pattern: element i of rank r holds pattern(r, i), a small integer (sums are exact).
 void fill_pattern(float* data, std::size_t elements, int rank, std::size_t offset, cudaStream_t stream);
 // Counts elements of data[0..n) differing from pattern(rank, offset + i) (single source) or from

@@ -1,6 +1,7 @@
 // tools/gpu-validate.sh, the prepared GPU run, on the fake device (`--fake`: calibrate's
 // `--fake-device`): every step runs, OUT gets the eight files the device machine returns, the
-// profile it writes loads and carries power by kernel class, and bad usage exits 2 with a message.
+// profile it writes loads and carries power by kernel class, validation has its three kinds of case
+// (alone, traffic, two micro-batches), and bad usage exits 2 with a message.
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -62,9 +63,29 @@ TEST_CASE("cli gpu-validate: --fake runs every step and writes profile, logs and
   CHECK(!p.power.memory_bound.empty());
   CHECK(p.contention.provenance.kind == moesim::models::SourceKind::kMeasured);
   CHECK(!p.contention.points.empty());
+  CHECK(contains(summary, "# validation:   alone               6 cases"));
+  CHECK(contains(summary, "# validation:   traffic             6 cases"));
+  CHECK(contains(summary, "# validation:   two micro-batches   6 cases"));
   const auto v = nlohmann::json::parse(moesim::testing::read_text(out / "validation.json"));
-  CHECK(v.at("cases").size() == 12);  // layers 0 and 13, three windows, alone and under traffic
+  // Layers 0 and 13, three windows, alone, under traffic and as two micro-batches.
+  CHECK(v.at("cases").size() == 18);
   CHECK(v.at("passed") == true);
+  int two = 0;
+  for (const auto& c : v.at("cases")) {
+    if (c.at("kind") != "two micro-batches") continue;
+    ++two;
+    REQUIRE(c.at("phases").size() == 2);
+    CHECK(c.at("phases")[0].at("phase") == "A's experts + B's dispatch");
+    CHECK(c.at("phases")[1].at("phase") == "B's experts + A's combine");
+    const auto tokens = c.at("micro_batch_tokens").get<std::vector<long>>();
+    CHECK(tokens[0] - tokens[1] <= 1);
+    CHECK(c.at("measured_s").get<double>() < c.at("measured_sequential_s").get<double>());
+    CHECK(c.at("measured_overlap_gain").get<double>() > 0.0);
+  }
+  CHECK(two == 6);
+  const std::string table = moesim::testing::read_text(out / "validation.txt");
+  CHECK(contains(table, "two micro-batches"));
+  CHECK(contains(table, "sequential (GEMMs, then traffic)"));
 }
 
 TEST_CASE("cli gpu-validate: bad usage exits 2 and says what is wrong") {

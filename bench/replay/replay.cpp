@@ -288,8 +288,16 @@ class Replayer {
       zone->add_route(hosts_[rt.src]->get_netpoint(), hosts_[rt.dst]->get_netpoint(), nullptr, nullptr, route, false);
     }
     zone->seal();
-    // As moesim's platform: a transfer's route latency is stretched to the latency it asks for.
-    zone->get_network_model()->set_lat_factor_cb(
+    zone_ = zone;
+    if (!latency_factor_.is_identity()) install_latency_callback();
+  }
+
+  // As moesim's platform (sim/engine/platform.cpp): a transfer's route latency is stretched to the
+  // latency it asks for, by a callback installed once some transfer needs it.
+  void install_latency_callback() {
+    if (latency_callback_) return;
+    latency_callback_ = true;
+    zone_->get_network_model()->set_lat_factor_cb(
         [this](double size, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& route,
                const std::unordered_set<sg4::NetZone*>&) {
           const double factor = latency_factor_.at(size);
@@ -345,6 +353,7 @@ class Replayer {
         sg4::CommPtr comm = sg4::Comm::sendto_init(hosts_[d_.src[id]], hosts_[d_.dst[id]]);
         comm->set_payload_size(static_cast<std::uint64_t>(d_.amount[id]));
         comm->set_data(reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
+        if (d_.latency[id] > 0.0) install_latency_callback();
         next_latency_ = d_.latency[id];
         comm->start();
         next_latency_ = 0.0;
@@ -379,6 +388,8 @@ class Replayer {
   std::vector<double> step_end_time_;
   std::uint64_t activities_ = 0;
   moesim::sim::LatencyFactor latency_factor_;  // the dump's network/latency-factor setting
+  sg4::NetZone* zone_ = nullptr;
+  bool latency_callback_ = false;
   double next_latency_ = 0.0;  // the latency of the transfer being started
   bool draining_ = false;
 };

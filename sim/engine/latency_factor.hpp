@@ -50,6 +50,8 @@ class LatencyFactor {
     return f;
   }
 
+  bool is_identity() const { return ranges_.empty(); }  // no setting: every factor 1
+
   double at(double size) const {
     double v = 1.0;
     for (const auto& [from, factor] : ranges_)

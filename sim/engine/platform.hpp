@@ -52,7 +52,10 @@ class Platform {
   std::vector<sg4::SplitDuplexLink*> duplex_;  // per fabric link, null for shared links
   std::vector<sg4::Link*> shared_;             // per fabric link, null for split-duplex links
   std::vector<GpuState> state_;
+  void install_latency_callback();
+  sg4::NetZone* zone_ = nullptr;
   LatencyFactor latency_factor_;
+  bool latency_callback_ = false;
   double next_latency_ = 0.0;  // the latency send() asks of the transfer being started
 };
 

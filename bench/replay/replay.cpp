@@ -300,11 +300,10 @@ class Replayer {
     zone_->get_network_model()->set_lat_factor_cb(
         [this](double size, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& route,
                const std::unordered_set<sg4::NetZone*>&) {
-          const double factor = latency_factor_.at(size);
-          if (next_latency_ <= 0.0) return factor;
           double sum = 0.0;
-          for (const sg4::Link* l : route) sum += l->get_latency();
-          return sum > 0.0 && next_latency_ > sum * factor ? next_latency_ / sum : factor;
+          if (next_latency_ > 0.0)
+            for (const sg4::Link* l : route) sum += l->get_latency();
+          return latency_factor_.callback_factor(size, sum, next_latency_);
         });
   }
 

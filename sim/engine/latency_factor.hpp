@@ -52,6 +52,15 @@ class LatencyFactor {
 
   bool is_identity() const { return ranges_.empty(); }  // no setting: every factor 1
 
+  // The factor SimGrid's latency callback returns for a transfer of `size` bytes over a route of
+  // `route_latency` s that asks for `wanted` s in all (0: none): the setting's factor, or more so
+  // that the transfer waits `wanted` (never less than the factored route latency).
+  double callback_factor(double size, double route_latency, double wanted) const {
+    const double factor = at(size);
+    if (wanted <= 0.0 || route_latency <= 0.0) return factor;
+    return wanted > route_latency * factor ? wanted / route_latency : factor;
+  }
+
   double at(double size) const {
     double v = 1.0;
     for (const auto& [from, factor] : ranges_)

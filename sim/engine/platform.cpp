@@ -83,11 +83,10 @@ void Platform::install_latency_callback() {
   zone_->get_network_model()->set_lat_factor_cb(
       [this](double size, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& crossed,
              const std::unordered_set<sg4::NetZone*>&) {
-        const double factor = latency_factor_.at(size);
-        if (next_latency_ <= 0.0) return factor;
         double own = 0.0;
-        for (const sg4::Link* l : crossed) own += l->get_latency();
-        return own > 0.0 && next_latency_ > own * factor ? next_latency_ / own : factor;
+        if (next_latency_ > 0.0)
+          for (const sg4::Link* l : crossed) own += l->get_latency();
+        return latency_factor_.callback_factor(size, own, next_latency_);
       });
 }
 

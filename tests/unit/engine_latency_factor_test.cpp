@@ -51,3 +51,16 @@ TEST_CASE("latency factor: taken out of SimGrid's arguments, the last setting wi
     CHECK(std::string(e.what()).find("network/latency-factor:fast: expected a factor >= 0") != std::string::npos);
   }
 }
+
+TEST_CASE("latency factor: the callback's factor stretches a route's latency to the one asked for") {
+  const auto ten = LatencyFactor::parse("10");
+  REQUIRE(ten);
+  const LatencyFactor none;
+  CHECK(none.callback_factor(1e3, 2e-6, 0.0) == 1.0);            // nothing asked: the route's
+  CHECK(none.callback_factor(1e3, 2e-6, 20e-6) == doctest::Approx(10.0));  // 2 us stretched to 20 us
+  CHECK(none.callback_factor(1e3, 2e-6, 1e-6) == 1.0);           // never below the route's latency
+  CHECK(ten->callback_factor(1e3, 2e-6, 0.0) == 10.0);           // the setting alone
+  CHECK(ten->callback_factor(1e3, 2e-6, 5e-6) == 10.0);          // 20 us factored already covers 5 us
+  CHECK(ten->callback_factor(1e3, 2e-6, 40e-6) == doctest::Approx(20.0));
+  CHECK(none.callback_factor(1e3, 0.0, 40e-6) == 1.0);           // a route without latency cannot stretch
+}

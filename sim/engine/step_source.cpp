@@ -28,7 +28,7 @@ bool SequenceCursor::fill() {
   pos_ = 0;
   if (reader_.next(block_)) return block_.size() > 0;
   reader_.rewind();
-  wrapped_ = true;
+  ++wraps_;
   return reader_.next(block_) && block_.size() > 0;
 }
 
@@ -47,9 +47,11 @@ void SequenceCursor::next(TraceSequence& out) {
       ++pos_;
     }
     if (pos_ < block_.size()) return;
-    const bool was_wrapped = wrapped_;
+    const std::uint64_t wraps = wraps_;
     if (!fill()) return;
-    if (wrapped_ != was_wrapped) return;  // the trace started again: a new sequence begins
+    // The trace started again: a new sequence begins, even where the trace's last sequence has the
+    // first one's id (a trace of one sequence would otherwise grow this one forever).
+    if (wraps_ != wraps) return;
     if (block_.sequence[pos_] != id) return;
   }
 }

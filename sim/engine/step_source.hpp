@@ -47,7 +47,7 @@ class SequenceCursor {
  public:
   explicit SequenceCursor(traces::TraceReader& reader);
   void next(TraceSequence& out);
-  bool wrapped() const { return wrapped_; }
+  bool wrapped() const { return wraps_ > 0; }
   std::size_t ids_per_token() const { return ids_per_token_; }
 
  private:
@@ -57,7 +57,7 @@ class SequenceCursor {
   std::size_t pos_ = 0;
   std::size_t ids_per_token_ = 0;
   std::uint64_t ordinal_ = 0;
-  bool wrapped_ = false;
+  std::uint64_t wraps_ = 0;  // times the trace started again
 };
 
 std::unique_ptr<StepSource> make_decode_source(traces::TraceReader& reader, int dp, int batch_sequences,

@@ -52,3 +52,21 @@ TEST_CASE("decode: staggered starts spread the first batch over positions; align
     for (std::size_t i = 0; i < next.size(); ++i) CHECK(next[i] == contexts[i] + 1);
   }
 }
+
+TEST_CASE("decode: a trace of one sequence serves every slot, again and again (no endless sequence)") {
+  // Every sequence after the first restarts the trace, whose only sequence has the same id as the one
+  // just read: each must still end at the trace's end (this hung, growing without bound).
+  const auto arch = toy_arch(8, 1);
+  const auto trace = toy_trace(arch, 1, 16, [](int, int t) { return std::vector<int>{t % 8}; });
+  auto reader = traces::read_memory_trace(trace);
+  auto source = sim::make_decode_source(*reader, 2, 3, /*staggered=*/false);
+  sim::StepBatch step;
+  for (int s = 0; s < 40; ++s) {  // 40 steps of 3 slots: each slot goes through the sequence 2.5 times
+    CAPTURE(s);
+    REQUIRE(source->next(step));
+    REQUIRE(step.size() == 3);
+    for (const auto& a : step.attention)
+      for (long c : a.context) CHECK(c == s % 16);  // every slot at the same position of its copy
+  }
+  CHECK(source->repeated());
+}

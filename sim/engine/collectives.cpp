@@ -99,13 +99,17 @@ SizedCollective ring_collective(const Fabric& fabric, const models::Profile& pro
   return out;
 }
 
+double alltoall_floor(const models::Profile& profile, int ranks, bool one_node) {
+  return ranks <= 1 ? 0.0 : curve_floor(profile, CollectiveOp::kAllToAll, ranks, one_node);
+}
+
 TransferSizing alltoall_sizing(const models::Profile& profile, int ranks, bool one_node, double off_bytes,
-                               const RouteFigures& port) {
+                               const RouteFigures& port, double floor) {
   if (ranks <= 1 || off_bytes <= 0.0) return {};
   const double size = off_bytes * ranks / (ranks - 1.0);
   const auto t = curve_time(profile, CollectiveOp::kAllToAll, ranks, size, one_node);
   if (!t) return {};
-  const double latency = std::max(port.latency, std::min(curve_floor(profile, CollectiveOp::kAllToAll, ranks, one_node), *t));
+  const double latency = std::max(port.latency, std::min(floor, *t));
   return {std::max(0.0, (*t - latency) * port.bandwidth / off_bytes), latency};
 }
 

@@ -48,10 +48,13 @@ SizedCollective ring_collective(const Fabric& fabric, const models::Profile& pro
 // The fixed cost F of `op` over `group` (0 without a curve of its scope).
 double collective_floor(const Fabric& fabric, const models::Profile& profile, models::CollectiveOp op,
                         const std::vector<int>& group);
+// The fixed cost F of an all-to-all on `ranks` ranks of one scope (0 without a curve), for
+// alltoall_sizing; it depends on neither size nor traffic, so callers compute it once.
+double alltoall_floor(const models::Profile& profile, int ranks, bool one_node);
 
 // How a rank's all-to-all transfers are sized when it sends `off_bytes` in all to the other
 // `ranks - 1` ranks of its group (nccl-tests size off_bytes x ranks / (ranks - 1)), over a port of
-// `port` figures: each waits `latency` = max(port latency, F) and its bytes are scaled by
+// `port` figures: each waits `latency` = max(port latency, F = `floor`, alltoall_floor) and its bytes are scaled by
 // (T - latency) x bandwidth / off_bytes. The scale is below 1 where the table is faster than one
 // port (NCCL's multi-path and NVLS algorithms), above where it is slower; {1, 0} (the links alone,
 // at their efficiency, and their latency) where the profile has no all-to-all table for the scope.
@@ -60,7 +63,7 @@ struct TransferSizing {
   double latency = 0.0;  // s before the first byte moves (0: the route's)
 };
 TransferSizing alltoall_sizing(const models::Profile& profile, int ranks, bool one_node, double off_bytes,
-                               const RouteFigures& port);
+                               const RouteFigures& port, double floor);
 
 // A uniform all-to-all of `bytes` per rank over `group`: every rank sends bytes / n to each other.
 SizedCollective uniform_alltoall(const Fabric& fabric, const models::Profile& profile, const std::vector<int>& group,

@@ -82,6 +82,13 @@ GraphBuilder::GraphBuilder(const EngineInput& input, const LayerTable& layers, c
       combine_bytes_(models::combine_element_bytes(input.arch->dtype)) {
   rank_node_ = rank_nodes(cluster_, input.ep, input.tp);
   a2a_one_node_ = input.ep * input.tp <= cluster_.gpus_per_node;
+  a2a_floor_ = alltoall_floor(profile_, input.ep, a2a_one_node_);
+  low_latency_ = input.options.dispatch == DispatchMode::kLowLatency;
+  // Low-latency kernels hold no SM while their data moves (DeepEP's receive hook), unless the study
+  // says otherwise.
+  dispatch_sms_ = static_cast<std::int16_t>(input.options.dispatch_sms >= 0 ? input.options.dispatch_sms
+                                            : low_latency_                 ? 0
+                                                                           : -1);
   const int n = input.ep * input.tp, p = cluster_.gpus_per_node;
   for (int g = 0; g < n; ++g) {
     // A peer across this GPU's first hop: another GPU of its node, or the same local index next node.
@@ -104,8 +111,10 @@ int GraphBuilder::pieces_for(int from, int to, double bytes, int most) const {
   return static_cast<int>(std::clamp(fit, 1.0, static_cast<double>(most)));
 }
 
-TransferSizing GraphBuilder::a2a_sizing(int gpu, double op_bytes) const {
-  return alltoall_sizing(profile_, input_.ep, a2a_one_node_, op_bytes, a2a_port_[static_cast<std::size_t>(gpu)]);
+TransferSizing GraphBuilder::phase_sizing(int gpu, double op_bytes, double ll_latency) const {
+  if (low_latency_) return {1.0, ll_latency};
+  return alltoall_sizing(profile_, input_.ep, a2a_one_node_, op_bytes, a2a_port_[static_cast<std::size_t>(gpu)],
+                         a2a_floor_);
 }
 
 int GraphBuilder::gateway(int node, int gpu) const {
@@ -158,12 +167,7 @@ std::uint32_t GraphBuilder::add_transfer(StepGraph& g, int src, int dst, double 
   x.payload = bytes;
   x.op_bytes = op_bytes;
   x.layer = slot;
-  if (cat == Category::kDispatch || cat == Category::kCombine) {
-    // Low-latency kernels hold no SM while their data moves (DeepEP's receive hook), unless the
-    // study says otherwise.
-    const bool ll = input_.options.dispatch == DispatchMode::kLowLatency;
-    x.comm_sms = static_cast<std::int16_t>(input_.options.dispatch_sms >= 0 ? input_.options.dispatch_sms : ll ? 0 : -1);
-  }
+  if (cat == Category::kDispatch || cat == Category::kCombine) x.comm_sms = dispatch_sms_;
   return g.add(x);
 }
 
@@ -242,7 +246,7 @@ void GraphBuilder::route_moe_layer(StepGraph& g, const StepBatch& batch, const s
   if (chunk.size() != batch.size()) token_chunks(batch.home, home_tokens, chunks, chunk);
   const LayerTokens tokens{layer_major(batch, L) + moe_index * batch.size() * k, batch.home, batch.token_index, chunk};
   router_->route(moe_index, tokens, chunks, moe_.counts);
-  if (input_.options.dispatch == DispatchMode::kLowLatency) router_->count_pairs(moe_index, tokens, moe_.counts);
+  if (low_latency_) router_->count_pairs(moe_index, tokens, moe_.counts);
   const auto& counts = moe_.counts;
   const int ep = input_.ep, experts = arch_.num_experts;
   for (int r = 0; r < ep; ++r) {
@@ -309,10 +313,6 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
   const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes;
   const double token_bytes = static_cast<double>(arch_.hidden_size) * dispatch_bytes_ / tp;
   const bool hier = input_.options.dispatch == DispatchMode::kHierarchical;
-  // Low latency: one copy per (token, expert), straight to the expert's GPU; the kernel's fixed cost
-  // from the profile, the bytes at the links' rates.
-  const bool ll = input_.options.dispatch == DispatchMode::kLowLatency;
-  const auto sends = [&](int h, int r) { return ll ? counts.pair_send(c, h, r) : counts.send(c, h, r); };
   const int pieces = hier ? std::max(1, input_.options.forward_pieces) : 1;
   reset_lists(m.into, static_cast<std::size_t>(gpus()));
   for (int h = 0; h < ep; ++h) {
@@ -320,17 +320,17 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
       const int src = gpu_of(h, t);
       double op_bytes = 0.0;
       for (int r = 0; r < ep; ++r)
-        if (r != h) op_bytes += static_cast<double>(sends(h, r)) * token_bytes;
+        if (r != h) op_bytes += static_cast<double>(exchanged(counts, c, h, r)) * token_bytes;
       if (op_bytes <= 0.0) continue;
-      const TransferSizing sizing =
-          ll ? TransferSizing{1.0, profile_.low_latency.dispatch_latency} : a2a_sizing(src, op_bytes);
+      // Low latency: one copy per (token, expert), straight to the expert's GPU.
+      const TransferSizing sizing = phase_sizing(src, op_bytes, profile_.low_latency.dispatch_latency);
       // Forwarding inside the destination node is part of the same kernels: route latency only.
       const TransferSizing forward{sizing.scale, 0.0};
       auto [gate, op] = add_stream_op(g, src, m.attn_done[static_cast<std::size_t>(src)], Category::kDispatch, slot, s);
       m.gateway_arrival.assign(static_cast<std::size_t>(nodes * pieces), 0);
       m.gateway_pieces.assign(static_cast<std::size_t>(nodes), 0);
       for (int r = 0; r < ep; ++r) {
-        const long n = sends(h, r);
+        const long n = exchanged(counts, c, h, r);
         if (r == h || n == 0) continue;
         const int dst = gpu_of(r, t);
         const int dn = rank_node_[static_cast<std::size_t>(r)];
@@ -426,8 +426,6 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
   const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes, n_gpus = gpus();
   const double token_bytes = static_cast<double>(arch_.hidden_size) * combine_bytes_ / tp;
   const bool hier = input_.options.dispatch == DispatchMode::kHierarchical;
-  const bool ll = input_.options.dispatch == DispatchMode::kLowLatency;  // as in add_dispatch
-  const auto sends = [&](int h, int r) { return ll ? counts.pair_send(c, h, r) : counts.send(c, h, r); };
   const int pieces = hier ? std::max(1, input_.options.forward_pieces) : 1;
   reset_lists(m.at_gateway, static_cast<std::size_t>(n_gpus * nodes * pieces));
   m.combine_pieces.assign(static_cast<std::size_t>(n_gpus * nodes), 0);
@@ -437,15 +435,14 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
       const int src = gpu_of(r, t);
       double op_bytes = 0.0;
       for (int h = 0; h < ep; ++h)
-        if (h != r) op_bytes += static_cast<double>(sends(h, r)) * token_bytes;
+        if (h != r) op_bytes += static_cast<double>(exchanged(counts, c, h, r)) * token_bytes;
       if (op_bytes <= 0.0) continue;
-      const TransferSizing sizing =
-          ll ? TransferSizing{1.0, profile_.low_latency.combine_latency} : a2a_sizing(src, op_bytes);
+      const TransferSizing sizing = phase_sizing(src, op_bytes, profile_.low_latency.combine_latency);
       auto [gate, op] = add_stream_op(g, src, m.compute_done[static_cast<std::size_t>(src)], Category::kCombine, slot, s);
       m.combine_op[static_cast<std::size_t>(src)] = op;
       const int sn = rank_node_[static_cast<std::size_t>(r)];
       for (int h = 0; h < ep; ++h) {
-        const long n = sends(h, r);
+        const long n = exchanged(counts, c, h, r);
         if (h == r || n == 0) continue;
         const int home = gpu_of(h, t);
         const double bytes = static_cast<double>(n) * token_bytes;

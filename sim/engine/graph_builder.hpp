@@ -134,8 +134,17 @@ class GraphBuilder {
   // The EP group of one TP index lies on one node; per GPU, the port its all-to-all transfers leave
   // through (NVLink, or the network port when the group spans nodes), for alltoall_sizing.
   bool a2a_one_node_ = true;
+  double a2a_floor_ = 0.0;  // the all-to-all's fixed cost (alltoall_floor)
   std::vector<RouteFigures> a2a_port_;
-  TransferSizing a2a_sizing(int gpu, double op_bytes) const;
+  // How the transfers of a dispatch or combine from `gpu` moving `op_bytes` off the GPU are sized:
+  // from the all-to-all curve, or, in low-latency mode, at the links' rates after `ll_latency`.
+  TransferSizing phase_sizing(int gpu, double op_bytes, double ll_latency) const;
+  // What rank h and rank r exchange in chunk c: tokens, or (token, expert) copies in low-latency mode.
+  long exchanged(const LayerCounts& counts, std::size_t c, int h, int r) const {
+    return low_latency_ ? counts.pair_send(c, h, r) : counts.send(c, h, r);
+  }
+  bool low_latency_ = false;     // dispatch.mode low_latency
+  std::int16_t dispatch_sms_ = -1;  // SMs a dispatch or combine transfer holds (Task::comm_sms)
   std::unique_ptr<LayerRouter> router_;
 
   // The batch's expert ids by layer ([layer][token][k]), so that routing one layer reads them in

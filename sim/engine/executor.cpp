@@ -152,9 +152,7 @@ void Executor::start_transfer(Task& t, std::uint32_t id) {
 void Executor::start_task(std::uint32_t id) {
   Task& t = current_->tasks[id];
   t.start = sg4::Engine::get_clock();
-  const bool runs = (t.kind == TaskKind::kCompute && t.amount > 0.0) ||
-                    (t.kind == TaskKind::kTransfer && t.amount > 0.0 && t.gpu != t.dst);
-  if (!runs) {
+  if (!t.runs()) {
     worklist_.push_back(id);  // completes at once
     return;
   }
@@ -166,14 +164,13 @@ void Executor::start_task(std::uint32_t id) {
 
 // Bookkeeping of a task that ran (a compute or a transfer) as it ends.
 void Executor::finish_task(Task& t) {
-  const bool ran = (t.kind == TaskKind::kCompute && t.amount > 0.0) ||
-                   (t.kind == TaskKind::kTransfer && t.amount > 0.0 && t.gpu != t.dst);
+  const bool ran = t.runs();
   if (ran && t.layer >= 0) {
     const auto l = static_cast<std::size_t>(t.layer);
     if (layer_last_[l] < 0.0 || t.start < layer_first_[l]) layer_first_[l] = t.start;
     layer_last_[l] = std::max(layer_last_[l], t.end);
   }
-  if (t.kind == TaskKind::kCompute && t.amount > 0.0) {
+  if (ran && t.kind == TaskKind::kCompute) {
     track_[static_cast<std::size_t>(t.gpu)].compute = nullptr;
     account_state(t.gpu);
     refresh_contention(t.gpu);
@@ -182,7 +179,7 @@ void Executor::finish_task(Task& t) {
       result_.compute_alone += t.amount;
       if (t.category == Category::kExpert && t.layer >= 0) token_time_[gpu_layer(t.gpu, t.layer)] += t.end - t.start;
     }
-  } else if (t.kind == TaskKind::kTransfer && t.amount > 0.0 && t.gpu != t.dst) {
+  } else if (ran) {
     for (int gpu : {t.gpu, t.dst}) {
       auto& tr = track_[static_cast<std::size_t>(gpu)];
       --tr.comm_active;
@@ -277,9 +274,9 @@ void Executor::dump_step(const StepGraph& g) {
     const Task& t = g.tasks[i];
     std::span<const std::uint64_t> d(deps.data() + offset[i], offset[i + 1] - offset[i]);
     if (i == 0 && step_index_ > 0) d = std::span<const std::uint64_t>(&dump_prev_end_, 1);
-    if (t.kind == TaskKind::kCompute && t.amount > 0.0)
+    if (t.runs() && t.kind == TaskKind::kCompute)
       dump_->exec(base + i, t.gpu, t.amount * kHostSpeed, d);
-    else if (t.kind == TaskKind::kTransfer && t.amount > 0.0 && t.gpu != t.dst)
+    else if (t.runs())
       dump_->comm(base + i, t.gpu, t.dst, static_cast<std::uint64_t>(std::llround(t.amount)), t.latency, d);
     else
       dump_->join(base + i, d);

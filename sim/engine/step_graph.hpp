@@ -49,6 +49,14 @@ struct Task {
   int pending = 0;        // predecessors not yet complete
   double start = -1.0, end = -1.0;
   std::uint32_t gate = 0;  // join of a stream operation: the task that opened it
+
+  // Whether the task is an activity the engine runs: a compute with work, or a transfer between two
+  // GPUs that moves bytes or waits a latency of its own (an operation's fixed cost takes time even
+  // where its bytes take none). Anything else completes as soon as it starts.
+  bool runs() const {
+    if (kind == TaskKind::kCompute) return amount > 0.0;
+    return kind == TaskKind::kTransfer && gpu != dst && (amount > 0.0 || latency > 0.0);
+  }
 };
 
 // Edges are collected as (from, to) pairs while building and turned into flat successor lists (in

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/engine/latency_factor.hpp"
+#include "sim/engine/step_graph.hpp"
 
 using moesim::sim::LatencyFactor;
 
@@ -63,4 +64,30 @@ TEST_CASE("latency factor: the callback's factor stretches a route's latency to 
   CHECK(ten->callback_factor(1e3, 2e-6, 5e-6) == 10.0);          // 20 us factored already covers 5 us
   CHECK(ten->callback_factor(1e3, 2e-6, 40e-6) == doctest::Approx(20.0));
   CHECK(none.callback_factor(1e3, 0.0, 40e-6) == 1.0);           // a route without latency cannot stretch
+}
+
+TEST_CASE("a transfer that moves no byte still runs when it waits a latency of its own") {
+  // At or below a table's smallest size an operation's time is all fixed cost: its transfers carry
+  // 0 bytes and wait that cost; they must still take it (the executor and the dump run them).
+  moesim::sim::Task x;
+  x.kind = moesim::sim::TaskKind::kTransfer;
+  x.gpu = 0;
+  x.dst = 1;
+  CHECK_FALSE(x.runs());  // nothing to move, nothing to wait
+  x.latency = 20e-6;
+  CHECK(x.runs());
+  x.dst = 0;
+  CHECK_FALSE(x.runs());  // to itself: never crosses a link
+  x.dst = 1;
+  x.latency = 0.0;
+  x.amount = 1.0;
+  CHECK(x.runs());
+  moesim::sim::Task c;
+  c.kind = moesim::sim::TaskKind::kCompute;
+  CHECK_FALSE(c.runs());
+  c.amount = 1e-6;
+  CHECK(c.runs());
+  moesim::sim::Task j;
+  j.latency = 1.0;
+  CHECK_FALSE(j.runs());  // a join never runs
 }

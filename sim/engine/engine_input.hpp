@@ -23,6 +23,10 @@ class StepSource;
 enum class WorkloadMode { kPrefill, kDecode, kTraining, kSynthetic };
 enum class DispatchMode { kFlat, kHierarchical, kLowLatency };
 enum class GradientSync { kAllReduce, kFsdp };
+// How the network is simulated (docs/simulator.md, "Network fidelity"): kAuto lets the engine take a
+// faster path where it is exact (today: the aggregated uniform all-to-all); kFlow runs every transfer
+// as its own SimGrid flow, the reference any faster path is checked against.
+enum class NetworkFidelity { kAuto, kFlow };
 
 inline constexpr std::array<common::EnumName<WorkloadMode>, 4> kWorkloadModes{
     {{WorkloadMode::kPrefill, "prefill"},
@@ -34,9 +38,15 @@ inline constexpr std::array<common::EnumName<DispatchMode>, 3> kDispatchModes{
 inline constexpr std::array<common::EnumName<GradientSync>, 2> kGradientSyncs{
     {{GradientSync::kAllReduce, "all_reduce"}, {GradientSync::kFsdp, "fsdp"}}};
 
+inline constexpr std::array<common::EnumName<NetworkFidelity>, 2> kNetworkFidelities{
+    {{NetworkFidelity::kAuto, "auto"}, {NetworkFidelity::kFlow, "flow"}}};
+
 inline std::string workload_mode_name(WorkloadMode m) { return common::enum_name<WorkloadMode>(kWorkloadModes, m); }
 inline std::string dispatch_mode_name(DispatchMode m) { return common::enum_name<DispatchMode>(kDispatchModes, m); }
 inline std::string gradient_sync_name(GradientSync g) { return common::enum_name<GradientSync>(kGradientSyncs, g); }
+inline std::string network_fidelity_name(NetworkFidelity f) {
+  return common::enum_name<NetworkFidelity>(kNetworkFidelities, f);
+}
 
 struct Workload {
   WorkloadMode mode = WorkloadMode::kDecode;
@@ -91,9 +101,10 @@ struct EngineOptions {
   std::vector<std::string> simgrid_cfg;
   std::string label;              // "overlapped", "ideal", ... for reports
   std::string dump_activities;    // write every task to this file for moesim-replay ("" = off)
-  // Run a synthetic uniform all-to-all as one flow per GPU where that is exact (docs/simulator.md,
-  // "Aggregated uniform all-to-all"); false runs every (source, destination) flow (tests compare).
-  bool merge_uniform_all_to_all = true;
+  // kAuto: a synthetic uniform all-to-all runs as one flow per GPU where that is exact
+  // (docs/simulator.md, "Aggregated uniform all-to-all"); kFlow: every (source, destination)
+  // transfer is its own flow. SimResult::aggregated_flows says which ran.
+  NetworkFidelity fidelity = NetworkFidelity::kAuto;
   // Build each step's graph (drawing its batch from the trace, routing its tokens) on a worker
   // thread while the engine runs the step before it (docs/simulator.md, "Building ahead"). The
   // graphs are the same either way; false builds each step in the engine's thread when it starts.

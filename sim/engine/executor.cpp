@@ -144,6 +144,7 @@ void Executor::start_transfer(Task& t, std::uint32_t id) {
       row[static_cast<std::size_t>(t.dst)] += t.payload;
     }
   }
+  if (t.merged_part > 0.0) ++result_.aggregated_flows;
   current_activities_.push_back(
       platform_.send(t.gpu, t.dst, t.amount, t.latency, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1)));
   ++result_.activities;

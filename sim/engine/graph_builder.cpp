@@ -786,7 +786,7 @@ void GraphBuilder::build_synthetic_step(StepGraph& g) {
   // carries n-1 equal flows that all start together, so max-min sharing gives each flow B/(n-1) and
   // all finish at latency + (n-1) part / B. One flow of the source's n-1 parts to the next GPU of a
   // ring loads every port with one flow of the same bytes and finishes at the same instant.
-  const bool merge = input_.options.merge_uniform_all_to_all && n >= 3 && private_star(cluster_, n) &&
+  const bool merge = input_.options.fidelity == NetworkFidelity::kAuto && n >= 3 && private_star(cluster_, n) &&
                      input_.options.simgrid_cfg.empty();
   for (int layer = 0; layer < w.synthetic_layers; ++layer) {
     for (int phase = 0; phase < 2; ++phase) {

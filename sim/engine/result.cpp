@@ -50,6 +50,7 @@ nlohmann::json to_json(const SimResult& r) {
           {"compute_alone_s", r.compute_alone},
           {"tokens", r.tokens},
           {"activities", r.activities},
+          {"aggregated_flows", r.aggregated_flows},
           {"trace_repeated", r.trace_repeated},
           {"wall_s", r.wall_seconds}};
 }
@@ -86,6 +87,7 @@ SimResult sim_result_from_json(const nlohmann::json& j) {
   r.compute_alone = j.at("compute_alone_s").get<double>();
   r.tokens = j.at("tokens").get<std::uint64_t>();
   r.activities = j.at("activities").get<std::uint64_t>();
+  r.aggregated_flows = j.at("aggregated_flows").get<std::uint64_t>();
   r.trace_repeated = j.at("trace_repeated").get<bool>();
   r.wall_seconds = j.at("wall_s").get<double>();
   return r;

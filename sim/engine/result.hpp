@@ -63,6 +63,9 @@ struct SimResult {
   double compute_alone = 0.0;    // s, the same tasks without contention
   std::uint64_t tokens = 0;      // tokens in measured steps
   std::uint64_t activities = 0;  // SimGrid activities started (all steps)
+  // Flows that each stood for several transfers (network fidelity "auto": an aggregated uniform
+  // all-to-all, docs/simulator.md); 0: every transfer ran as its own flow.
+  std::uint64_t aggregated_flows = 0;
   bool trace_repeated = false;
   double wall_seconds = 0.0;
   std::vector<TimelineEvent> timeline;  // the first timeline_steps measured steps

@@ -82,6 +82,7 @@ SimResult merge_step_ranges(const std::vector<SimResult>& parts) {
     out.compute_alone += r.compute_alone;
     out.tokens += r.tokens;
     out.activities += r.activities;
+    out.aggregated_flows += r.aggregated_flows;
     out.trace_repeated = out.trace_repeated || r.trace_repeated;
     out.wall_seconds += r.wall_seconds;
   }

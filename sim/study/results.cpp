@@ -153,6 +153,8 @@ void read_inputs(const VariantReader& r, const nlohmann::json& in, VariantResult
   s.overlap.policy = r.enum_value(in, "overlap", ip, kOverlapPolicies);
   s.overlap.chunks = r.integer(in, "chunks", ip);
   s.dispatch = r.enum_value(in, "dispatch", ip, kDispatchModes);
+  // Results written before network.fidelity existed ran with what is now "auto".
+  if (in.contains("network_fidelity")) s.fidelity = r.enum_value(in, "network_fidelity", ip, kNetworkFidelities);
   const double cap = r.number(in, "power_cap_W", ip);
   s.power_cap = std::isnan(cap) ? 0.0 : cap;
   s.workload.steps = r.integer(in, "steps", ip);
@@ -227,6 +229,7 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
         {"overlap", overlap_policy_name(sc.overlap.policy)},
         {"chunks", sc.overlap.chunks},
         {"dispatch", dispatch_mode_name(sc.dispatch)},
+        {"network_fidelity", network_fidelity_name(sc.fidelity)},
         {"power_cap_W", sc.power_cap > 0 ? nlohmann::json(sc.power_cap) : nlohmann::json(nullptr)},
         {"steps", sc.workload.steps},
         {"hashes", v.inputs}}},
@@ -234,6 +237,12 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
                      joined(v.profile_sources, ", ") + " values)"},
       {"trace_repeated", v.timelines.front().trace_repeated},
       {"dispatch_mode_ran", dispatch_mode_name(sc.dispatch)},
+      // What the network fidelity resolved to: "aggregated" where some flow stood for several
+      // transfers (the aggregated uniform all-to-all), else "flow" (one SimGrid flow per transfer).
+      {"network_fidelity_ran", std::any_of(v.timelines.begin(), v.timelines.end(),
+                                           [](const SimResult& t) { return t.aggregated_flows > 0; })
+                                   ? "aggregated"
+                                   : "flow"},
   };
   for (const auto& c : kMetricColumns) {
     if (c.json_path.empty()) continue;

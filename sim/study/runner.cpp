@@ -38,6 +38,7 @@ EngineOptions engine_options(const Scenario& s, const TimelinePlan& plan) {
   o.warmup_steps = s.workload.warmup_steps;
   o.timeline_steps = kTimelineSteps;
   o.simgrid_cfg = s.simgrid_cfg;
+  o.fidelity = s.fidelity;
   o.label = plan.label;
   return o;
 }

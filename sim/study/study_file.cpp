@@ -64,6 +64,7 @@ const std::vector<std::string>& scenario_leaves() {
                                                "dispatch.mode",
                                                "dispatch.sms",
                                                "dispatch.pieces",
+                                               "network.fidelity",
                                                "power_cap",
                                                "clock_limit",
                                                "seed",
@@ -73,7 +74,7 @@ const std::vector<std::string>& scenario_leaves() {
 
 bool is_section(const std::string& path) {
   static const std::set<std::string> sections{"parallelism", "workload", "workload.synthetic",
-                                              "placement",   "overlap",  "dispatch"};
+                                              "placement",   "overlap",  "dispatch", "network"};
   return sections.count(path) > 0;
 }
 
@@ -321,6 +322,12 @@ void parse_dispatch(const YamlNode& d, Scenario& s) {
   if (auto n = d.find("pieces")) s.dispatch_pieces = as_int(*n, 1, 64);
 }
 
+void parse_network(const YamlNode& n, Scenario& s) {
+  n.expect_map();
+  n.allow_keys({"fidelity"});
+  if (auto f = n.find("fidelity")) s.fidelity = f->as_enum<NetworkFidelity>(kNetworkFidelities);
+}
+
 // A power cap or an SM clock limit: a value with its unit between `low` and `high`, or none (0).
 double parse_limit(const YamlNode& n, common::UnitKind kind, double low, double high, const std::string& expected) {
   const std::string text = n.is_scalar() ? n.raw().Scalar() : std::string();
@@ -333,7 +340,7 @@ double parse_limit(const YamlNode& n, common::UnitKind kind, double low, double 
 Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& loaded) {
   node.expect_map();
   node.allow_keys({"architecture", "cluster", "profile", "trace", "parallelism", "workload", "placement", "overlap",
-                   "dispatch", "power_cap", "clock_limit", "seed", "simgrid"});
+                   "dispatch", "network", "power_cap", "clock_limit", "seed", "simgrid"});
   Scenario s;
 
   const YamlNode arch_node = node.at("architecture");
@@ -357,6 +364,7 @@ Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& 
   if (auto pl = node.find("placement")) parse_placement(*pl, arch, has_trace, dir, loaded, s);
   if (auto ov = node.find("overlap")) parse_overlap(*ov, s);
   if (auto d = node.find("dispatch")) parse_dispatch(*d, s);
+  if (auto n = node.find("network")) parse_network(*n, s);
   if (auto n = node.find("power_cap"))
     s.power_cap = parse_limit(*n, common::UnitKind::kPower, 1.0, 1e5,
                               "a power between 1 W and 100 kW with a unit (e.g. \"450W\"), or none");
@@ -671,6 +679,7 @@ std::string scenario_to_yaml(const Scenario& s) {
   y << "dispatch: {mode: " << dispatch_mode_name(s.dispatch)
     << ", sms: " << (s.dispatch_sms < 0 ? std::string("default") : std::to_string(s.dispatch_sms))
     << ", pieces: " << s.dispatch_pieces << "}\n";
+  y << "network: {fidelity: " << network_fidelity_name(s.fidelity) << "}\n";
   y << "power_cap: " << (s.power_cap > 0 ? exact(s.power_cap) + "W" : "none") << "\n";
   y << "clock_limit: " << (s.clock_limit > 0 ? exact(s.clock_limit) + "Hz" : "none") << "\n";
   y << "seed: " << s.seed << "\nsimgrid: [";

@@ -65,6 +65,7 @@ struct Scenario {
   double clock_limit = 0.0;  // Hz, SM clock limit, 0 = none
   std::uint64_t seed = 1;
   std::vector<std::string> simgrid_cfg;  // passed to SimGrid as --cfg=...
+  NetworkFidelity fidelity = NetworkFidelity::kAuto;  // network.fidelity (docs/simulator.md)
   bool operator==(const Scenario&) const = default;
 };
 

@@ -53,7 +53,7 @@ sim::SimResult run(const SyntheticCase& c, bool merge) {
     in.tp = 1;
     in.workload = &c.workload;
     in.options = c.options;
-    in.options.merge_uniform_all_to_all = merge;
+    in.options.fidelity = merge ? sim::NetworkFidelity::kAuto : sim::NetworkFidelity::kFlow;
     return sim::simulate(in);
   });
 }
@@ -107,6 +107,9 @@ TEST_CASE("sim: the aggregated uniform all-to-all matches every flow alone to 1e
     check_same(merged, flows);
     CHECK(merged.activities == activities(c, 1));
     CHECK(flows.activities == activities(c, gpus - 1));
+    // The result says which ran: one aggregated flow per GPU and all-to-all, or none.
+    CHECK(2 * merged.aggregated_flows == activities(c, 1));
+    CHECK(flows.aggregated_flows == 0);
     // Strictly in sequence, each all-to-all lasts latency + (n-1) parts / bandwidth.
     const double part = static_cast<double>(std::llround(bytes / gpus));
     const double a2a = lat + (gpus - 1) * part / bw;
@@ -134,7 +137,9 @@ TEST_CASE("sim: the all-to-all is not aggregated where the rule does not hold") 
   SUBCASE("an NVLink mesh adds a link per GPU pair") {
     auto c = synthetic(4, 1e9, 1e-6, 100e-6, 1e6, false);
     c.cluster.intra_node.kind = models::FabricKind::kNvlinkMesh;
-    CHECK(run(c, true).activities == activities(c, 3));
+    const auto r = run(c, true);
+    CHECK(r.activities == activities(c, 3));
+    CHECK(r.aggregated_flows == 0);
   }
   SUBCASE("GPUs on two nodes share NICs") {
     auto c = synthetic(4, 1e9, 1e-6, 100e-6, 1e6, false);

@@ -43,7 +43,7 @@ void Executor::start() {
   sg4::Activity::on_completion_cb([this](const sg4::Activity& a) {
     auto* data = a.get_data<void>();
     if (data == nullptr) return;
-    complete(static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(data) - 1));
+    activity_done(static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(data) - 1));
   });
   start_step();
 }
@@ -119,7 +119,7 @@ void Executor::start_compute(Task& t, std::uint32_t id) {
   exec->set_flops_amount(t.amount * kHostSpeed);
   exec->set_data(reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
   exec->start();
-  current_activities_.push_back(std::move(exec));
+  running_[id] = std::move(exec);
   ++result_.activities;
 }
 
@@ -145,8 +145,8 @@ void Executor::start_transfer(Task& t, std::uint32_t id) {
     }
   }
   if (t.merged_part > 0.0) ++result_.aggregated_flows;
-  current_activities_.push_back(
-      platform_.send(t.gpu, t.dst, t.amount, t.latency, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1)));
+  running_[id] =
+      platform_.send(t.gpu, t.dst, t.amount, t.latency, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
   ++result_.activities;
 }
 
@@ -239,6 +239,14 @@ void Executor::end_step(double end) {
   if (step_index_ < setup_.total_steps) start_step();
 }
 
+// A task's activity finished (SimGrid's completion callback). Activities that finished in earlier
+// callbacks are released now: SimGrid no longer touches them once their callback has returned.
+void Executor::activity_done(std::uint32_t id) {
+  finished_.clear();
+  if (id < running_.size() && running_[id]) finished_.push_back(std::move(running_[id]));
+  complete(id);
+}
+
 void Executor::complete(std::uint32_t first) {
   worklist_.push_back(first);
   if (draining_) return;
@@ -287,13 +295,13 @@ void Executor::dump_step(const StepGraph& g) {
 }
 
 void Executor::start_step() {
-  // Activities of the step before the previous one are no longer referenced by the engine: released
-  // here, in the engine's thread, before their graph goes back to the builder.
-  previous_activities_.clear();
-  std::swap(previous_activities_, current_activities_);
+  // Every activity of the step that ends here has finished (steps meet at a barrier); the one whose
+  // callback got here is in finished_, released at the next callback.
   if (previous_) builder_.recycle(std::move(previous_));
   previous_ = std::move(current_);
   current_ = builder_.next();
+  running_.clear();
+  running_.resize(current_->tasks.size());
   for (int gpu = 0; gpu < static_cast<int>(track_.size()); ++gpu) account_state(gpu);
   measuring_ = step_index_ >= in_.options.warmup_steps;
   std::fill(token_time_.begin(), token_time_.end(), 0.0);

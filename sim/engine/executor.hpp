@@ -73,6 +73,7 @@ class Executor {
   void start_compute(Task& t, std::uint32_t id);
   void start_transfer(Task& t, std::uint32_t id);
   void complete(std::uint32_t id);
+  void activity_done(std::uint32_t id);
   void finish_task(Task& t);
   void record_timeline(const StepGraph& g, const Task& t);
   void end_step(double end);
@@ -95,11 +96,13 @@ class Executor {
   std::uint64_t dump_next_id_ = 0;  // global id of the current step's first task
   std::uint64_t dump_prev_end_ = 0;  // global id of the previous step's end task
 
-  // The running step's graph and the one before (its activities may still be referenced from the
-  // completion callback that starts the next step); activities are released in this thread before
-  // their graph goes back to the builder.
+  // The running step's graph and the one before (its tasks may still be referenced from the
+  // completion callback that starts the next step).
   std::unique_ptr<StepGraph> current_, previous_;
-  std::vector<simgrid::s4u::ActivityPtr> current_activities_, previous_activities_;
+  // The SimGrid activity of each running task of the current step, by task id. A finished activity
+  // moves to `finished_` and is released at the next completion callback, once SimGrid is done with
+  // it: memory follows the activities in flight, not every activity of the step.
+  std::vector<simgrid::s4u::ActivityPtr> running_, finished_;
   std::vector<std::uint32_t> worklist_;
   bool draining_ = false;
   int step_index_ = 0;  // steps started so far

@@ -29,30 +29,49 @@ bool SequenceCursor::fill() {
   if (reader_.next(block_)) return block_.size() > 0;
   reader_.rewind();
   ++wraps_;
+  in_pass_ = 0;
   return reader_.next(block_) && block_.size() > 0;
 }
 
 void SequenceCursor::next(TraceSequence& out) {
-  out.experts.clear();
+  out.experts.reset();
   out.tokens = 0;
   out.ordinal = ordinal_++;
   if (!fill()) throw common::InputError("the trace has no tokens; a workload needs at least one");
+  const std::uint64_t key = in_pass_++;
+  // The same trace sequence, read before and still held: share it (the reading below only skips).
+  std::shared_ptr<const std::vector<std::uint16_t>> shared;
+  if (wraps_ > 0)
+    if (auto it = held_.find(key); it != held_.end()) shared = it->second.lock();
+  auto routing = shared ? nullptr : std::make_shared<std::vector<std::uint16_t>>();
   const std::uint32_t id = block_.sequence[pos_];
   // A sequence may straddle blocks: keep reading while the id stays the same. Rewinding ends it.
   for (;;) {
     while (pos_ < block_.size() && block_.sequence[pos_] == id) {
-      const auto* e = block_.experts.data() + pos_ * ids_per_token_;
-      out.experts.insert(out.experts.end(), e, e + ids_per_token_);
+      if (routing) {
+        const auto* e = block_.experts.data() + pos_ * ids_per_token_;
+        routing->insert(routing->end(), e, e + ids_per_token_);
+      }
       ++out.tokens;
       ++pos_;
     }
-    if (pos_ < block_.size()) return;
+    if (pos_ < block_.size()) break;
     const std::uint64_t wraps = wraps_;
-    if (!fill()) return;
+    if (!fill()) break;
     // The trace started again: a new sequence begins, even where the trace's last sequence has the
     // first one's id (a trace of one sequence would otherwise grow this one forever).
-    if (wraps_ != wraps) return;
-    if (block_.sequence[pos_] != id) return;
+    if (wraps_ != wraps) break;
+    if (block_.sequence[pos_] != id) break;
+  }
+  if (shared) {
+    out.experts = std::move(shared);
+    return;
+  }
+  out.experts = std::move(routing);
+  held_[key] = out.experts;
+  if (held_.size() >= prune_at_) {
+    std::erase_if(held_, [](const auto& kv) { return kv.second.expired(); });
+    prune_at_ = std::max<std::size_t>(64, 2 * held_.size());
   }
 }
 
@@ -82,7 +101,7 @@ class DecodeSource final : public StepSource {
       const int home = home_rank(s.seq.ordinal, dp_);
       step.home.push_back(home);
       step.token_index.push_back(token_counter_++);
-      const auto* e = s.seq.experts.data() + s.next_token * ids;
+      const auto* e = s.seq.token(s.next_token, ids);
       step.experts.insert(step.experts.end(), e, e + ids);
       auto& a = step.attention[static_cast<std::size_t>(home)];
       a.new_tokens.push_back(1);
@@ -139,7 +158,7 @@ class PrefillSource final : public StepSource {
       for (long t = 0; t < take; ++t) {
         step.home.push_back(home);
         step.token_index.push_back(token_counter_++);
-        const auto* e = current_.experts.data() + (offset_ + static_cast<std::size_t>(t)) * ids;
+        const auto* e = current_.token(offset_ + static_cast<std::size_t>(t), ids);
         step.experts.insert(step.experts.end(), e, e + ids);
       }
       offset_ += static_cast<std::size_t>(take);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "models/costs.hpp"
@@ -34,15 +35,22 @@ class StepSource {
   virtual std::uint64_t sequences_started() const = 0;
 };
 
-// One sequence of the trace, whole.
+// One sequence of the trace, whole. Its routing is shared, read-only, between the copies of the same
+// trace sequence that are alive at once (a trace read again while its first reading is still held).
 struct TraceSequence {
   std::uint64_t ordinal = 0;  // sequence number in trace order (counting on across repetitions)
-  std::vector<std::uint16_t> experts;  // [token][layer][k]
+  std::shared_ptr<const std::vector<std::uint16_t>> experts;  // [token][layer][k]
   std::size_t tokens = 0;
+  const std::uint16_t* token(std::size_t t, std::size_t ids_per_token) const {
+    return experts->data() + t * ids_per_token;
+  }
 };
 
 // Reads a trace sequence by sequence (a sequence is a maximal run of tokens with the same id),
-// starting again at the end. Throws InputError for an empty trace.
+// starting again at the end. Throws InputError for an empty trace. A sequence read again while a
+// copy of its earlier reading is still held (a decode batch larger than the trace) shares that
+// copy's routing instead of holding it twice: memory is bounded by the trace or the sequences held,
+// whichever is smaller.
 class SequenceCursor {
  public:
   explicit SequenceCursor(traces::TraceReader& reader);
@@ -57,7 +65,12 @@ class SequenceCursor {
   std::size_t pos_ = 0;
   std::size_t ids_per_token_ = 0;
   std::uint64_t ordinal_ = 0;
-  std::uint64_t wraps_ = 0;  // times the trace started again
+  std::uint64_t wraps_ = 0;     // times the trace started again
+  std::uint64_t in_pass_ = 0;   // sequences begun in the current reading of the trace
+  // The routing handed out, by position in the trace (sequence index within a reading), while some
+  // holder keeps it alive; expired entries are dropped as the map grows.
+  std::unordered_map<std::uint64_t, std::weak_ptr<const std::vector<std::uint16_t>>> held_;
+  std::size_t prune_at_ = 64;
 };
 
 std::unique_ptr<StepSource> make_decode_source(traces::TraceReader& reader, int dp, int batch_sequences,

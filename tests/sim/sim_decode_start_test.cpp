@@ -70,3 +70,36 @@ TEST_CASE("decode: a trace of one sequence serves every slot, again and again (n
   }
   CHECK(source->repeated());
 }
+
+TEST_CASE("decode: a sequence read again while its earlier reading is held shares it; released, it is read anew") {
+  // Three sequences of different routings: sequence q's token t goes to expert (q + t) mod 8.
+  const auto arch = toy_arch(8, 1);
+  const auto trace = toy_trace(arch, 3, 5, [](int q, int t) { return std::vector<int>{(q + t) % 8}; });
+  auto reader = traces::read_memory_trace(trace);
+  sim::SequenceCursor cursor(*reader);
+  std::vector<sim::TraceSequence> first(3), second(3);
+  for (auto& s : first) cursor.next(s);  // the first reading (ending it looks past the trace's end)
+  for (auto& s : second) cursor.next(s);
+  CHECK(cursor.wrapped());
+  for (std::size_t q = 0; q < 3; ++q) {
+    CAPTURE(q);
+    CHECK(second[q].ordinal == first[q].ordinal + 3);
+    CHECK(second[q].tokens == first[q].tokens);
+    CHECK(second[q].experts.get() == first[q].experts.get());  // one copy, held twice
+    CHECK(first[q].experts.use_count() == 2);
+    for (std::size_t t = 0; t < first[q].tokens; ++t)
+      CHECK(*second[q].token(t, cursor.ids_per_token()) == static_cast<std::uint16_t>((q + t) % 8));
+  }
+  // Once no reading of sequence 0 is held, the next reading is its own, with the same routing.
+  const std::vector<std::uint16_t> routing0 = *first[0].experts;
+  first[0] = {};
+  second[0] = {};
+  sim::TraceSequence third;
+  cursor.next(third);  // sequence 0 of the third reading
+  REQUIRE(third.experts);
+  CHECK(third.experts.use_count() == 1);
+  CHECK(*third.experts == routing0);
+  sim::TraceSequence fourth;
+  cursor.next(fourth);  // sequence 1, still held by first[1] and second[1]
+  CHECK(fourth.experts.get() == first[1].experts.get());
+}

@@ -28,7 +28,7 @@ namespace sg4 = simgrid::s4u;
 
 namespace {
 
-constexpr int kFormatVersion = 2;
+constexpr int kFormatVersion = 3;
 
 struct BadInput : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -66,7 +66,7 @@ struct Dump {
   std::vector<Kind> kind;
   std::vector<std::uint32_t> src, dst;  // exec: host in src
   std::vector<double> amount;           // flops or bytes
-  std::vector<double> latency;          // comm: s before its first byte moves (0: its route's)
+  std::vector<double> latency;          // comm: s before its first byte moves
   std::vector<std::uint64_t> dep_begin{0};
   std::vector<std::uint64_t> deps;
   std::uint64_t declared_tasks = 0, declared_activities = 0;
@@ -248,8 +248,7 @@ Dump load(const std::string& path) {
 // Runs the DAG: a task starts when its last dependency completes, as moesim's engine does.
 class Replayer {
  public:
-  // `latency_factor`: the dump's network/latency-factor setting, applied as moesim applies it.
-  Replayer(const Dump& d, moesim::sim::LatencyFactor latency_factor) : d_(d), latency_factor_(std::move(latency_factor)) {
+  explicit Replayer(const Dump& d) : d_(d) {
     const std::size_t n = d.kind.size();
     pending_.resize(n);
     succ_begin_.assign(n + 1, 0);
@@ -288,22 +287,14 @@ class Replayer {
       zone->add_route(hosts_[rt.src]->get_netpoint(), hosts_[rt.dst]->get_netpoint(), nullptr, nullptr, route, false);
     }
     zone->seal();
-    zone_ = zone;
-    if (!latency_factor_.is_identity()) install_latency_callback();
-  }
-
-  // As moesim's platform (sim/engine/platform.cpp): a transfer's route latency is stretched to the
-  // latency it asks for, by a callback installed once some transfer needs it.
-  void install_latency_callback() {
-    if (latency_callback_) return;
-    latency_callback_ = true;
-    zone_->get_network_model()->set_lat_factor_cb(
-        [this](double size, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& route,
+    // As moesim's platform (sim/engine/platform.cpp): every transfer waits the latency its record
+    // gives (the study's latency factor included), its route's latency stretched by the callback.
+    zone->get_network_model()->set_lat_factor_cb(
+        [this](double, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& route,
                const std::unordered_set<sg4::NetZone*>&) {
           double sum = 0.0;
-          if (next_latency_ > 0.0)
-            for (const sg4::Link* l : route) sum += l->get_latency();
-          return latency_factor_.callback_factor(size, sum, next_latency_);
+          for (const sg4::Link* l : route) sum += l->get_latency();
+          return next_latency_ > 0.0 && sum > 0.0 ? next_latency_ / sum : 1.0;
         });
   }
 
@@ -352,7 +343,6 @@ class Replayer {
         sg4::CommPtr comm = sg4::Comm::sendto_init(hosts_[d_.src[id]], hosts_[d_.dst[id]]);
         comm->set_payload_size(static_cast<std::uint64_t>(d_.amount[id]));
         comm->set_data(reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
-        if (d_.latency[id] > 0.0) install_latency_callback();
         next_latency_ = d_.latency[id];
         comm->start();
         next_latency_ = 0.0;
@@ -386,9 +376,6 @@ class Replayer {
   std::vector<std::vector<sg4::ActivityPtr>> alive_;  // per step: activities the engine may still use
   std::vector<double> step_end_time_;
   std::uint64_t activities_ = 0;
-  moesim::sim::LatencyFactor latency_factor_;  // the dump's network/latency-factor setting
-  sg4::NetZone* zone_ = nullptr;
-  bool latency_callback_ = false;
   double next_latency_ = 0.0;  // the latency of the transfer being started
   bool draining_ = false;
 };
@@ -413,10 +400,9 @@ int run(const std::string& path) {
   xbt_log_control_set("root.thres:critical");
   std::vector<std::string> args{"moesim-replay"};
   for (const auto& c : d.cfg) args.push_back("--cfg=" + c);
-  // As moesim: the latency-factor setting is applied by the latency callback, not by SimGrid.
-  moesim::sim::LatencyFactor latency_factor;
+  // As moesim: the latency-factor setting is not SimGrid's; each transfer's record has its latency.
   try {
-    latency_factor = moesim::sim::LatencyFactor::take_from(args);
+    (void)moesim::sim::LatencyFactor::take_from(args);
   } catch (const std::invalid_argument& e) {
     throw BadInput(path + ": " + e.what());
   }
@@ -425,7 +411,7 @@ int run(const std::string& path) {
   int argc = static_cast<int>(argv.size());
   argv.push_back(nullptr);
   sg4::Engine engine(&argc, argv.data());
-  Replayer replayer(d, latency_factor);
+  Replayer replayer(d);
   replayer.build_platform();
   replayer.start();
   engine.run();

@@ -14,7 +14,7 @@
 
 namespace moesim::sim {
 
-inline constexpr int kActivityDumpVersion = 2;
+inline constexpr int kActivityDumpVersion = 3;
 
 class ActivityDump {
  public:

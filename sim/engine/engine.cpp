@@ -90,7 +90,7 @@ SimResult simulate(const EngineInput& in) {
   // by what the task draws (GraphBuilder). They scale task amounts, not the hosts' speed.
   const double clock_speed = models::clock_speed_factor(*in.profile, in.options.clock_limit);
   const Fabric fabric(*in.cluster, *in.profile);
-  Platform platform(fabric, latency_factor);
+  Platform platform(fabric, latency_factor, in.options.prune_routes);
   std::unique_ptr<ActivityDump> dump;
   if (!in.options.dump_activities.empty()) {
     std::vector<std::string> cfg(args.begin() + 1, args.end());

@@ -105,6 +105,9 @@ struct EngineOptions {
   // (docs/simulator.md, "Aggregated uniform all-to-all"); kFlow: every (source, destination)
   // transfer is its own flow. SimResult::aggregated_flows says which ran.
   NetworkFidelity fidelity = NetworkFidelity::kAuto;
+  // Leave links that can never limit a transfer out of the SimGrid routes (docs/simulator.md,
+  // "Platform"); the results are the same either way (tests compare), with fewer constraints to solve.
+  bool prune_routes = true;
   // Build each step's graph (drawing its batch from the trace, routing its tokens) on a worker
   // thread while the engine runs the step before it (docs/simulator.md, "Building ahead"). The
   // graphs are the same either way; false builds each step in the engine's thread when it starts.

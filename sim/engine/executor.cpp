@@ -285,8 +285,11 @@ void Executor::dump_step(const StepGraph& g) {
     if (i == 0 && step_index_ > 0) d = std::span<const std::uint64_t>(&dump_prev_end_, 1);
     if (t.runs() && t.kind == TaskKind::kCompute)
       dump_->exec(base + i, t.gpu, t.amount * kHostSpeed, d);
-    else if (t.runs())
-      dump_->comm(base + i, t.gpu, t.dst, static_cast<std::uint64_t>(std::llround(t.amount)), t.latency, d);
+    else if (t.runs()) {
+      const auto bytes = static_cast<std::uint64_t>(std::llround(t.amount));
+      dump_->comm(base + i, t.gpu, t.dst, bytes,
+                  platform_.transfer_latency(t.gpu, t.dst, static_cast<double>(bytes), t.latency), d);
+    }
     else
       dump_->join(base + i, d);
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -16,13 +17,71 @@ namespace {
 
 using Dir = sg4::LinkInRoute::Direction;
 
-// A link with no latency gets this much, so that a route's latency can always be stretched by a
-// factor (send()); 1 ps is below anything the engine reports.
-constexpr double kMinLinkLatency = 1e-12;
+// SimGrid's CM02 model shares a link between flows in inverse proportion to their routes' latency
+// sums (its RTT weighting, the flows' "sharing penalty"). The engine shares equally (max-min, as a
+// NIC or an NVLink port serves its queues): in SimGrid every route is its two end ports, each with
+// this latency, and nothing else has one, so every route's sum is the same; a transfer's real
+// latency (the fabric route's, or its operation's fixed cost) is set by the latency callback.
+constexpr double kPortLatency = 0.5e-6;
+// The shortest latency a transfer waits, so that each one takes the latency phase in which SimGrid
+// gives it its sharing penalty (a transfer without one would share with weight 1 instead).
+constexpr double kMinTransferLatency = 1e-15;
 
 }  // namespace
 
-Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor)
+namespace {
+
+// Links that can never limit a transfer, left out of the SimGrid routes. Never a GPU port (ports are
+// slowed by contention) and never a shared link (SimGrid's results move by about 1e-5 without an
+// unlimited shared one in the routes: kept, to change nothing). A split-duplex link is left out
+// when, in each direction that routes use, either every GPU that sends across it, at its own first
+// hop's (port's) bandwidth, cannot fill it, or every route across it also crosses one same GPU port
+// of no more bandwidth (a NIC of its own behind a GPU's network port). Max-min sharing never
+// saturates such a link, so it changes no rate; its latency stays the route's (Platform::send).
+std::vector<char> idle_links(const Fabric& fabric) {
+  const auto& links = fabric.links();
+  const int n = fabric.gpus();
+  constexpr int kUnset = -1, kMixed = -2;
+  std::vector<double> load(2 * links.size(), 0.0);
+  std::vector<int> last(2 * links.size(), kUnset), first_port(2 * links.size(), kUnset),
+      last_port(2 * links.size(), kUnset);
+  auto common = [](int& slot, int port) { slot = slot == kUnset || slot == port ? port : kMixed; };
+  std::vector<Hop> hops;
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) {
+      if (a == b) continue;
+      fabric.route_into(a, b, hops);
+      const int in = hops.front().link, out = hops.back().link;
+      const double first = links[static_cast<std::size_t>(in)].bandwidth;
+      // A sender is counted once per link and first hop (its NVLink and its network port are two).
+      const int sender = 2 * a + (in == fabric.port(a) ? 0 : 1);
+      for (const Hop& h : hops) {
+        const auto i = static_cast<std::size_t>(h.link);
+        const std::size_t key = 2 * i + (h.up ? 0 : 1);
+        common(first_port[key], in);
+        common(last_port[key], out);
+        if (last[key] == sender) continue;  // this sender is counted on this link already
+        last[key] = sender;
+        load[key] += first;
+      }
+    }
+  auto covered = [&](std::size_t key, double bandwidth) {
+    if (last[key] == kUnset) return true;  // no route crosses it this way
+    if (load[key] <= bandwidth) return true;
+    for (const int p : {first_port[key], last_port[key]})
+      if (p >= 0 && links[static_cast<std::size_t>(p)].bandwidth <= bandwidth) return true;
+    return false;
+  };
+  std::vector<char> idle(links.size(), 0);
+  for (std::size_t i = 0; i < links.size(); ++i)
+    idle[i] = !links[i].port && !links[i].shared && covered(2 * i, links[i].bandwidth) &&
+              covered(2 * i + 1, links[i].bandwidth);
+  return idle;
+}
+
+}  // namespace
+
+Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor, bool prune)
     : fabric_(fabric), latency_factor_(std::move(latency_factor)) {
   auto* zone = sg4::create_full_zone("cluster");
   std::vector<double> speeds(kMaxSlowdownIndex + 1);
@@ -40,25 +99,34 @@ Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor)
   shared_.assign(links.size(), nullptr);
   for (std::size_t i = 0; i < links.size(); ++i) {
     const FabricLink& l = links[i];
+    const double latency = l.port ? kPortLatency : 0.0;
     if (l.shared) {
       shared_[i] = zone->create_link(l.name, l.bandwidth);
-      shared_[i]->set_latency(std::max(l.latency, kMinLinkLatency));
+      shared_[i]->set_latency(latency);
       shared_[i]->seal();
     } else {
       duplex_[i] = zone->create_split_duplex_link(l.name, l.bandwidth);
-      duplex_[i]->set_latency(std::max(l.latency, kMinLinkLatency));
+      duplex_[i]->set_latency(latency);
       duplex_[i]->seal();
     }
   }
+  std::vector<char> idle = prune ? idle_links(fabric) : std::vector<char>(links.size(), 0);
   std::vector<Hop> hops;
   std::vector<sg4::LinkInRoute> route;
+  route_latency_.assign(static_cast<std::size_t>(n) * static_cast<std::size_t>(n), 0.0);
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b) {
       if (a == b) continue;
       route.clear();
       fabric.route_into(a, b, hops);
+      if (!links[static_cast<std::size_t>(hops.front().link)].port || !links[static_cast<std::size_t>(hops.back().link)].port)
+        throw std::logic_error("fabric route " + std::to_string(a) + " -> " + std::to_string(b) +
+                               " does not start and end at GPU ports");
+      double full = 0.0;
       for (const Hop& h : hops) {
         const auto i = static_cast<std::size_t>(h.link);
+        full += links[i].latency;
+        if (idle[i]) continue;
         if (shared_[i])
           route.emplace_back(shared_[i]);
         else
@@ -66,38 +134,34 @@ Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor)
       }
       zone->add_route(hosts_[static_cast<std::size_t>(a)]->get_netpoint(), hosts_[static_cast<std::size_t>(b)]->get_netpoint(),
                       nullptr, nullptr, route, false);
+      route_latency_[static_cast<std::size_t>(a) * static_cast<std::size_t>(n) + static_cast<std::size_t>(b)] = full;
     }
+  for (char i : idle) pruned_ += i;
   zone->seal();
-  zone_ = zone;
-  if (!latency_factor_.is_identity()) install_latency_callback();
-}
-
-// A transfer's latency is its route's (times a study's latency factor), stretched to the one send()
-// asks for: SimGrid computes it while the transfer starts, inside Comm::start(), so the factor
-// applies to that transfer alone. Installed only once some transfer needs it: with a callback,
-// SimGrid builds the route's link list and zone set for every transfer it starts (about 4% of the
-// engine's instructions where no transfer has a latency of its own).
-void Platform::install_latency_callback() {
-  if (latency_callback_) return;
-  latency_callback_ = true;
-  zone_->get_network_model()->set_lat_factor_cb(
-      [this](double size, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& crossed,
+  // Every transfer's latency comes from the callback: SimGrid calls it while the transfer starts,
+  // inside Comm::start(), so the factor applies to that transfer alone.
+  zone->get_network_model()->set_lat_factor_cb(
+      [this](double, const sg4::Host*, const sg4::Host*, const std::vector<sg4::Link*>& crossed,
              const std::unordered_set<sg4::NetZone*>&) {
         double own = 0.0;
-        if (next_latency_ > 0.0)
-          for (const sg4::Link* l : crossed) own += l->get_latency();
-        return latency_factor_.callback_factor(size, own, next_latency_);
+        for (const sg4::Link* l : crossed) own += l->get_latency();
+        return own > 0.0 ? next_latency_ / own : 1.0;
       });
+}
+
+double Platform::transfer_latency(int src, int dst, double bytes, double latency) const {
+  const double route =
+      route_latency_[static_cast<std::size_t>(src) * hosts_.size() + static_cast<std::size_t>(dst)];
+  return std::max({latency, route * latency_factor_.at(bytes), kMinTransferLatency});
 }
 
 sg4::CommPtr Platform::send(int src, int dst, double bytes, double latency, void* data) {
   sg4::CommPtr comm = sg4::Comm::sendto_init(host(src), host(dst));
-  comm->set_payload_size(static_cast<std::uint64_t>(std::llround(bytes)));
+  const auto payload = static_cast<std::uint64_t>(std::llround(bytes));
+  comm->set_payload_size(payload);
   if (data != nullptr) comm->set_data(data);
-  if (latency > 0.0) install_latency_callback();
-  next_latency_ = latency;
+  next_latency_ = transfer_latency(src, dst, static_cast<double>(payload), latency);
   comm->start();
-  next_latency_ = 0.0;
   return comm;
 }
 

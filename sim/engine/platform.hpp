@@ -24,8 +24,9 @@ inline constexpr int kMaxSlowdownIndex = 8000;    // slowdown factors up to 5.0
 class Platform {
  public:
   // `latency_factor`: a study's network/latency-factor setting, applied to every route's latency
-  // (latency_factor.hpp).
-  explicit Platform(const Fabric& fabric, LatencyFactor latency_factor = {});
+  // (latency_factor.hpp). `prune`: leave out of the SimGrid routes every link that can never limit a
+  // transfer (docs/simulator.md, "Platform"); false keeps every fabric link (tests compare).
+  explicit Platform(const Fabric& fabric, LatencyFactor latency_factor = {}, bool prune = true);
 
   sg4::Host* host(int gpu) const { return hosts_[static_cast<std::size_t>(gpu)]; }
   int gpus() const { return static_cast<int>(hosts_.size()); }
@@ -36,10 +37,15 @@ class Platform {
   void set_comm_slowdown(int gpu, double factor);
   // The SimGrid link of a fabric link, and of one direction of it (a shared link: itself).
   sg4::Link* link(const Hop& hop) const;
-  // Starts a transfer of `bytes` from `src` to `dst` whose first byte moves `latency` s after it
-  // starts (its operation's fixed cost, docs/simulator.md "Collectives"); the route's own latency
-  // when `latency` is shorter. During that time it holds no bandwidth (SimGrid's latency phase).
+  // Starts a transfer of `bytes` from `src` to `dst` whose first byte moves transfer_latency() s
+  // after it starts; during that time it holds no bandwidth (SimGrid's latency phase).
   sg4::CommPtr send(int src, int dst, double bytes, double latency, void* data = nullptr);
+  // The s a transfer waits before its first byte moves: `latency` (its operation's fixed cost,
+  // docs/simulator.md "Collectives"), or its fabric route's latency times the study's latency factor
+  // when that is longer.
+  double transfer_latency(int src, int dst, double bytes, double latency) const;
+  // Fabric links left out of the SimGrid routes (they can never limit a transfer).
+  int pruned_links() const { return pruned_; }
 
  private:
   struct GpuState {
@@ -52,11 +58,10 @@ class Platform {
   std::vector<sg4::SplitDuplexLink*> duplex_;  // per fabric link, null for shared links
   std::vector<sg4::Link*> shared_;             // per fabric link, null for split-duplex links
   std::vector<GpuState> state_;
-  void install_latency_callback();
-  sg4::NetZone* zone_ = nullptr;
   LatencyFactor latency_factor_;
-  bool latency_callback_ = false;
-  double next_latency_ = 0.0;  // the latency send() asks of the transfer being started
+  double next_latency_ = 0.0;  // the latency of the transfer send() is starting
+  int pruned_ = 0;
+  std::vector<double> route_latency_;  // [a * gpus + b]: the fabric route's latency, s
 };
 
 }  // namespace moesim::sim

@@ -145,24 +145,24 @@ TEST_CASE("moesim-replay: a truncated or foreign file is refused with its line")
   CHECK(foreign.exit_code == 2);
   CHECK(foreign.err.find("foreign.txt:1:") != std::string::npos);
 
-  write_text(tmp / "cut.txt", "moesim-activities 2\nhost gpu0 1e12 1\nstep 0 1 0 1 0\nJ 0 0\n");
+  write_text(tmp / "cut.txt", "moesim-activities 3\nhost gpu0 1e12 1\nstep 0 1 0 1 0\nJ 0 0\n");
   const auto cut = run_program(replay_binary().string(), {(tmp / "cut.txt").string()});
   CHECK(cut.exit_code == 2);
   CHECK(cut.err.find("truncated") != std::string::npos);
 
-  write_text(tmp / "bad.txt", "moesim-activities 2\nhost gpu0 1e12 1\nstep 0 1 0 1 0\nE 0 3 1e9 0\nend 1 1\n");
+  write_text(tmp / "bad.txt", "moesim-activities 3\nhost gpu0 1e12 1\nstep 0 1 0 1 0\nE 0 3 1e9 0\nend 1 1\n");
   const auto bad = run_program(replay_binary().string(), {(tmp / "bad.txt").string()});
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("bad.txt:4: expected a host index below 1, got 3") != std::string::npos);
 
-  // A version-1 dump (transfers without their latency) names the fix.
-  write_text(tmp / "old.txt", "moesim-activities 1\nhost gpu0 1e12 1\n");
+  // A version-2 dump (a transfer's latency 0 meaning its route's, routes weighted by latency) names the fix.
+  write_text(tmp / "old.txt", "moesim-activities 2\nhost gpu0 1e12 1\n");
   const auto old = run_program(replay_binary().string(), {(tmp / "old.txt").string()});
   CHECK(old.exit_code == 2);
-  CHECK(old.err.find("old.txt:1: expected format version 2, got 1") != std::string::npos);
+  CHECK(old.err.find("old.txt:1: expected format version 3, got 2") != std::string::npos);
 
   write_text(tmp / "neg.txt",
-             "moesim-activities 2\nhost gpu0 1e12 1\nhost gpu1 1e12 1\nlink l 1e9 1e-6 shared\nroute 0 1 1 0\n"
+             "moesim-activities 3\nhost gpu0 1e12 1\nhost gpu1 1e12 1\nlink l 1e9 1e-6 shared\nroute 0 1 1 0\n"
              "route 1 0 1 0\nstep 0 1 0 1 0\nC 0 0 1 1000 -1e-6 0\nend 1 1\n");
   const auto neg = run_program(replay_binary().string(), {(tmp / "neg.txt").string()});
   CHECK(neg.exit_code == 2);

@@ -37,7 +37,8 @@ namespace {
 // when, in each direction that routes use, either every GPU that sends across it, at its own first
 // hop's (port's) bandwidth, cannot fill it, or every route across it also crosses one same GPU port
 // of no more bandwidth (a NIC of its own behind a GPU's network port). Max-min sharing never
-// saturates such a link, so it changes no rate; its latency stays the route's (Platform::send).
+// saturates such a link, so it changes no rate; its latency stays the route's (Platform::send). The
+// same holds from the receiving side (every GPU that receives across it, at its last hop's).
 std::vector<char> idle_links(const Fabric& fabric) {
   const auto& links = fabric.links();
   const int n = fabric.gpus();
@@ -65,9 +66,25 @@ std::vector<char> idle_links(const Fabric& fabric) {
         load[key] += first;
       }
     }
+  // The same bound from the receiving side: every GPU that receives across it, at its last hop's.
+  std::vector<double> inflow(2 * links.size(), 0.0);
+  std::fill(last.begin(), last.end(), kUnset);
+  for (int b = 0; b < n; ++b)
+    for (int a = 0; a < n; ++a) {
+      if (a == b) continue;
+      fabric.route_into(a, b, hops);
+      const int out = hops.back().link;
+      const int receiver = 2 * b + (out == fabric.port(b) ? 0 : 1);
+      for (const Hop& h : hops) {
+        const std::size_t key = 2 * static_cast<std::size_t>(h.link) + (h.up ? 0 : 1);
+        if (last[key] == receiver) continue;
+        last[key] = receiver;
+        inflow[key] += links[static_cast<std::size_t>(out)].bandwidth;
+      }
+    }
   auto covered = [&](std::size_t key, double bandwidth) {
     if (last[key] == kUnset) return true;  // no route crosses it this way
-    if (load[key] <= bandwidth) return true;
+    if (load[key] <= bandwidth || inflow[key] <= bandwidth) return true;
     for (const int p : {first_port[key], last_port[key]})
       if (p >= 0 && links[static_cast<std::size_t>(p)].bandwidth <= bandwidth) return true;
     return false;

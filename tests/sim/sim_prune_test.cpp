@@ -63,7 +63,7 @@ TEST_CASE("platform: links that cannot limit a transfer are left out, and the re
   }
 }
 
-TEST_CASE("platform: what is pruned: never a GPU port; a private NIC and unlimited rails are") {
+TEST_CASE("platform: what is pruned: never a GPU port or a shared link; private NICs, rails, non-blocking uplinks") {
   const auto profile = models::load_profile("h200");
   // Each number comes from a platform built in a process of its own (one SimGrid engine each).
   auto figures = [&](const std::string& name, bool prune) {
@@ -88,10 +88,10 @@ TEST_CASE("platform: what is pruned: never a GPU port; a private NIC and unlimit
       return r;
     });
   };
-  // Rails: 16 private NICs and 8 unlimited rail switches; the spine is shared and its uplinks can
-  // fill from the 14 GPUs of the other rails: kept.
+  // Rails: 16 private NICs, 8 unlimited rail switches and 8 rail uplinks (each carries at most what
+  // its rail's 2 GPUs send or receive, 2 x 48.5 GB/s, below its 100 GB/s); the shared spine is kept.
   const auto rails = figures("h200-2x8-400g-per-gpu", true);
-  CHECK(rails.step_latency[0] == 24);
+  CHECK(rails.step_latency[0] == 32);
   CHECK(figures("h200-2x8-400g-per-gpu", false).step_latency[0] == 0);
   // One NIC per node, shared by its 8 GPUs: kept; the switch is shared: kept.
   CHECK(figures("h200-2x8-800g", true).step_latency[0] == 0);

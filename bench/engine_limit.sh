@@ -18,6 +18,7 @@ build=${1:?usage: bash bench/engine_limit.sh BUILD_DIR [case ...]}
 shift
 cases=${*:-dsv2-prefill mixtral-decode synthetic-64}
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 moesim="$build/sim/moesim"
 replay="$build/bench/replay/moesim-replay"
 tracegen=${SIM_BENCH_TRACE_TOOL:-$moesim}  # another moesim to generate the traces with (same traces for two builds)
@@ -30,18 +31,7 @@ trap 'rm -rf "$tmp"' EXIT
 export MOESIM_JOBS=1
 
 study() {  # name architecture cluster trace workload-yaml
-  cat > "$tmp/$1.yaml" <<YAML
-schema_version: 1
-kind: study
-name: $1
-base:
-  architecture: $2
-  cluster: $3
-  trace: ${4:-none}
-  workload: $5
-  placement: {policy: contiguous}
-  overlap: {policy: ideal, timelines: requested}
-YAML
+  bench_study "$tmp/$1.yaml" "$1" "$2" "$3" "$4" "$5" ideal
 }
 
 # row NAME LABEL

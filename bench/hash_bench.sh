@@ -11,6 +11,7 @@ set -euo pipefail
 build=${1:?usage: bash bench/hash_bench.sh BUILD_DIR [--no-studies]}
 studies=${2:-}
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 moesim="$build/sim/moesim"
 lib="$build/common/libmoesim_common.a"
 for f in "$moesim" "$lib"; do
@@ -130,18 +131,7 @@ nice "$tmp/hash_rate" "$tmp/dsv2.mtr" "$(stat -c %s "$tmp/dsv2.mtr")"
 [ "$studies" = "--no-studies" ] && exit 0
 
 study() {  # name architecture trace workload overlap-policy
-  cat > "$tmp/$1.yaml" <<YAML
-schema_version: 1
-kind: study
-name: $1
-base:
-  architecture: $2
-  cluster: h100-sxm-8gpu
-  trace: $3
-  workload: $4
-  placement: {policy: contiguous}
-  overlap: {policy: $5, timelines: requested}
-YAML
+  bench_study "$tmp/$1.yaml" "$1" "$2" h100-sxm-8gpu "$3" "$4" "$5"
 }
 cpu_row() {  # name label: best of 3 user + sys seconds of the whole `moesim run`
   local best=""

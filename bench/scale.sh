@@ -20,6 +20,7 @@ build=${1:?usage: bash bench/scale.sh BUILD_DIR [case ...]}
 shift
 cases=${*:-prefill-64 decode-64 prefill-256 decode-256 prefill-1024 decode-1024 synthetic-64 synthetic-256}
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 moesim="$build/sim/moesim"
 [ -x "$moesim" ] || { echo "no moesim binary at $moesim (build first)" >&2; exit 2; }
 [ -x /usr/bin/time ] || { echo "needs GNU time: apt-get install time" >&2; exit 2; }
@@ -32,20 +33,7 @@ export MOESIM_JOBS=1
 
 # study NAME ARCH CLUSTER TRACE WORKLOAD DISPATCH FIDELITY
 study() {
-  cat > "$tmp/$1.yaml" <<YAML
-schema_version: 1
-kind: study
-name: $1
-base:
-  architecture: $2
-  cluster: $3
-  trace: $4
-  workload: $5
-  placement: {policy: contiguous}
-  overlap: {policy: sequential, timelines: requested}
-  dispatch: {mode: $6}
-  network: {fidelity: $7}
-YAML
+  bench_study "$tmp/$1.yaml" "$1" "$2" "$3" "$4" "$5" sequential "$6" "$7"
 }
 
 declare -A flow_step

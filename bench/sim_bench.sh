@@ -13,6 +13,7 @@ build=${1:?usage: bash bench/sim_bench.sh BUILD_DIR [case ...]}
 shift
 cases=${*:-mixtral dsv3-64 dsv3-256 synthetic memory}
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 moesim="$build/sim/moesim"
 tracegen=${SIM_BENCH_TRACE_TOOL:-$moesim}
 [ -x /usr/bin/time ] || { echo "needs GNU time: apt-get install time" >&2; exit 2; }
@@ -24,19 +25,7 @@ trap 'rm -rf "$tmp"' EXIT
 export MOESIM_JOBS=${SIM_BENCH_JOBS:-1}
 
 study() {  # name architecture cluster trace workload-yaml dispatch
-  cat > "$tmp/$1.yaml" <<YAML
-schema_version: 1
-kind: study
-name: $1
-base:
-  architecture: $2
-  cluster: $3
-  trace: ${4:-none}
-  workload: $5
-  placement: {policy: contiguous}
-  overlap: {policy: sequential, timelines: requested}
-  dispatch: {mode: ${6:-flat}}
-YAML
+  bench_study "$tmp/$1.yaml" "$1" "$2" "$3" "$4" "$5" sequential "${6:-flat}"
 }
 
 # run NAME LABEL: runs the study, prints a table row.

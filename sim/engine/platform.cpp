@@ -27,10 +27,6 @@ constexpr double kPortLatency = 0.5e-6;
 // gives it its sharing penalty (a transfer without one would share with weight 1 instead).
 constexpr double kMinTransferLatency = 1e-15;
 
-}  // namespace
-
-namespace {
-
 // Links that can never limit a transfer, left out of the SimGrid routes. Never a GPU port (ports are
 // slowed by contention) and never a shared link (SimGrid's results move by about 1e-5 without an
 // unlimited shared one in the routes: kept, to change nothing). A split-duplex link is left out
@@ -43,45 +39,38 @@ std::vector<char> idle_links(const Fabric& fabric) {
   const auto& links = fabric.links();
   const int n = fabric.gpus();
   constexpr int kUnset = -1, kMixed = -2;
-  std::vector<double> load(2 * links.size(), 0.0);
-  std::vector<int> last(2 * links.size(), kUnset), first_port(2 * links.size(), kUnset),
-      last_port(2 * links.size(), kUnset);
+  std::vector<int> first_port(2 * links.size(), kUnset), last_port(2 * links.size(), kUnset);
   auto common = [](int& slot, int port) { slot = slot == kUnset || slot == port ? port : kMixed; };
   std::vector<Hop> hops;
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b) {
-      if (a == b) continue;
-      fabric.route_into(a, b, hops);
-      const int in = hops.front().link, out = hops.back().link;
-      const double first = links[static_cast<std::size_t>(in)].bandwidth;
-      // A sender is counted once per link and first hop (its NVLink and its network port are two).
-      const int sender = 2 * a + (in == fabric.port(a) ? 0 : 1);
-      for (const Hop& h : hops) {
-        const auto i = static_cast<std::size_t>(h.link);
-        const std::size_t key = 2 * i + (h.up ? 0 : 1);
-        common(first_port[key], in);
-        common(last_port[key], out);
-        if (last[key] == sender) continue;  // this sender is counted on this link already
-        last[key] = sender;
-        load[key] += first;
+  std::vector<int> last(2 * links.size(), kUnset);
+  // Per link and direction, the most that the GPUs at one end of its routes could put on it: each
+  // GPU (counted once per link, and once per port: its NVLink and its network port are two) at its
+  // own port's bandwidth. `senders`: the routes' first hops, else their last hops (receivers).
+  auto most = [&](bool senders) {
+    std::vector<double> sum(2 * links.size(), 0.0);
+    std::fill(last.begin(), last.end(), kUnset);
+    for (int x = 0; x < n; ++x)
+      for (int y = 0; y < n; ++y) {
+        if (x == y) continue;
+        const int a = senders ? x : y, b = senders ? y : x;
+        fabric.route_into(a, b, hops);
+        const int in = hops.front().link, out = hops.back().link;
+        const int port = senders ? in : out;
+        const int end = 2 * x + (port == fabric.port(x) ? 0 : 1);
+        for (const Hop& h : hops) {
+          const std::size_t key = 2 * static_cast<std::size_t>(h.link) + (h.up ? 0 : 1);
+          if (senders) {
+            common(first_port[key], in);
+            common(last_port[key], out);
+          }
+          if (last[key] == end) continue;  // this end is counted on this link already
+          last[key] = end;
+          sum[key] += links[static_cast<std::size_t>(port)].bandwidth;
+        }
       }
-    }
-  // The same bound from the receiving side: every GPU that receives across it, at its last hop's.
-  std::vector<double> inflow(2 * links.size(), 0.0);
-  std::fill(last.begin(), last.end(), kUnset);
-  for (int b = 0; b < n; ++b)
-    for (int a = 0; a < n; ++a) {
-      if (a == b) continue;
-      fabric.route_into(a, b, hops);
-      const int out = hops.back().link;
-      const int receiver = 2 * b + (out == fabric.port(b) ? 0 : 1);
-      for (const Hop& h : hops) {
-        const std::size_t key = 2 * static_cast<std::size_t>(h.link) + (h.up ? 0 : 1);
-        if (last[key] == receiver) continue;
-        last[key] = receiver;
-        inflow[key] += links[static_cast<std::size_t>(out)].bandwidth;
-      }
-    }
+    return sum;
+  };
+  const std::vector<double> load = most(true), inflow = most(false);
   auto covered = [&](std::size_t key, double bandwidth) {
     if (last[key] == kUnset) return true;  // no route crosses it this way
     if (load[key] <= bandwidth || inflow[key] <= bandwidth) return true;

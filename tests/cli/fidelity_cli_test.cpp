@@ -25,6 +25,14 @@ std::string synthetic_study(const std::string& cluster, const std::string& extra
          "  placement: {policy: contiguous}\n  overlap: {policy: sequential, timelines: requested}\n" + extra;
 }
 
+// Runs a study written to tmp/s.yaml; its results.json.
+nlohmann::json run_study(const TempDir& tmp, const std::string& yaml) {
+  write_text(tmp / "s.yaml", yaml);
+  const auto r = run_moesim({"run", (tmp / "s.yaml").string(), "-o", (tmp / "out").string(), "-q"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  return nlohmann::json::parse(read_text(tmp / "out" / "results.json"));
+}
+
 const nlohmann::json& variant(const nlohmann::json& doc, const std::string& name) {
   for (const auto& v : doc.at("variants"))
     if (v.at("name") == name) return v;
@@ -36,10 +44,7 @@ const nlohmann::json& variant(const nlohmann::json& doc, const std::string& name
 
 TEST_CASE("network.fidelity: flow and auto give the same times on one switch node, and say which ran") {
   TempDir tmp;
-  write_text(tmp / "s.yaml", synthetic_study("h100-sxm-8gpu", "sweep:\n  network.fidelity: [auto, flow]\n"));
-  const auto r = run_moesim({"run", (tmp / "s.yaml").string(), "-o", (tmp / "out").string(), "-q"});
-  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  const auto doc = nlohmann::json::parse(read_text(tmp / "out" / "results.json"));
+  const auto doc = run_study(tmp, synthetic_study("h100-sxm-8gpu", "sweep:\n  network.fidelity: [auto, flow]\n"));
   const auto& fast = variant(doc, "auto");
   const auto& flow = variant(doc, "flow");
   CHECK(fast.at("inputs").at("network_fidelity") == "auto");
@@ -54,10 +59,7 @@ TEST_CASE("network.fidelity: flow and auto give the same times on one switch nod
 
 TEST_CASE("network.fidelity: auto runs every flow where aggregation is not exact (two nodes)") {
   TempDir tmp;
-  write_text(tmp / "s.yaml", synthetic_study("h200-2x8-800g", ""));
-  const auto r = run_moesim({"run", (tmp / "s.yaml").string(), "-o", (tmp / "out").string(), "-q"});
-  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
-  const auto doc = nlohmann::json::parse(read_text(tmp / "out" / "results.json"));
+  const auto doc = run_study(tmp, synthetic_study("h200-2x8-800g", ""));
   const auto& v = doc.at("variants").at(0);
   CHECK(v.at("inputs").at("network_fidelity") == "auto");
   CHECK(v.at("network_fidelity_ran") == "flow");

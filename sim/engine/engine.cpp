@@ -90,7 +90,14 @@ SimResult simulate(const EngineInput& in) {
   // by what the task draws (GraphBuilder). They scale task amounts, not the hosts' speed.
   const double clock_speed = models::clock_speed_factor(*in.profile, in.options.clock_limit);
   const Fabric fabric(*in.cluster, *in.profile);
-  Platform platform(fabric, latency_factor, in.options.prune_routes);
+  // The fluid network shares links as SimGrid's flows do under the engine's own settings; any other
+  // SimGrid setting of the study keeps SimGrid's flows (docs/simulator.md, "Network fidelity").
+  const bool own_settings_only = args.size() == engine_args(EngineOptions{}).size();
+  const Transfers transfers = in.options.fidelity == NetworkFidelity::kAuto && own_settings_only
+                                  ? Transfers::kFluid
+                                  : Transfers::kSimGrid;
+  Platform platform(fabric, latency_factor, in.options.prune_routes, transfers,
+                    !in.options.dump_activities.empty());
   std::unique_ptr<ActivityDump> dump;
   if (!in.options.dump_activities.empty()) {
     std::vector<std::string> cfg(args.begin() + 1, args.end());

@@ -45,6 +45,8 @@ void Executor::start() {
     if (data == nullptr) return;
     activity_done(static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(data) - 1));
   });
+  platform_.on_transfer_done(
+      [this](void* data) { activity_done(static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(data) - 1)); });
   start_step();
 }
 
@@ -127,7 +129,10 @@ void Executor::start_transfer(Task& t, std::uint32_t id) {
   for (int gpu : {t.gpu, t.dst}) {
     auto& tr = track_[static_cast<std::size_t>(gpu)];
     ++tr.comm_active;
-    tr.last_comm = &t;
+    // The most recent transfer; of several started at one instant, the last in the step's task
+    // order, so that the order in which the network reports simultaneous completions (which starts
+    // their successors) does not choose the contention factor.
+    if (tr.last_comm == nullptr || tr.last_comm->start != t.start || tr.last_comm < &t) tr.last_comm = &t;
     account_state(gpu);
     refresh_contention(gpu);
     if (t.layer >= 0 && measuring_) {
@@ -145,6 +150,7 @@ void Executor::start_transfer(Task& t, std::uint32_t id) {
     }
   }
   if (t.merged_part > 0.0) ++result_.aggregated_flows;
+  if (platform_.fluid()) ++result_.fluid_flows;
   running_[id] =
       platform_.send(t.gpu, t.dst, t.amount, t.latency, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
   ++result_.activities;

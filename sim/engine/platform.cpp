@@ -1,5 +1,6 @@
 #include "sim/engine/platform.hpp"
 
+#include <simgrid/kernel/Timer.hpp>
 #include <simgrid/kernel/resource/NetworkModelIntf.hpp>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_set>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -87,8 +89,11 @@ std::vector<char> idle_links(const Fabric& fabric) {
 
 }  // namespace
 
-Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor, bool prune)
+Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor, bool prune, Transfers transfers,
+                   bool simgrid_routes)
     : fabric_(fabric), latency_factor_(std::move(latency_factor)) {
+  const bool fluid = transfers == Transfers::kFluid;
+  if (!fluid) simgrid_routes = true;
   auto* zone = sg4::create_full_zone("cluster");
   std::vector<double> speeds(kMaxSlowdownIndex + 1);
   for (int i = 0; i <= kMaxSlowdownIndex; ++i) speeds[static_cast<std::size_t>(i)] = kHostSpeed / (1.0 + i * kSlowdownStep);
@@ -119,9 +124,29 @@ Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor, bool prun
   std::vector<char> idle = prune ? idle_links(fabric) : std::vector<char>(links.size(), 0);
   std::vector<Hop> hops;
   std::vector<sg4::LinkInRoute> route;
-  route_latency_.assign(static_cast<std::size_t>(n) * static_cast<std::size_t>(n), 0.0);
+  const std::size_t pairs = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+  route_latency_.assign(pairs, 0.0);
+  if (fluid) {
+    // One fluid link per shared link, two per split-duplex one (one per direction).
+    std::vector<double> capacity;
+    fluid_link_.assign(2 * links.size(), -1);
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      fluid_link_[2 * i] = static_cast<int>(capacity.size());
+      capacity.push_back(links[i].bandwidth);
+      if (links[i].shared) {
+        fluid_link_[2 * i + 1] = fluid_link_[2 * i];
+      } else {
+        fluid_link_[2 * i + 1] = static_cast<int>(capacity.size());
+        capacity.push_back(links[i].bandwidth);
+      }
+    }
+    fluid_ = std::make_unique<FluidNetwork>(std::move(capacity));
+    route_first_.assign(pairs + 1, 0);
+  }
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b) {
+      const std::size_t pair = static_cast<std::size_t>(a) * static_cast<std::size_t>(n) + static_cast<std::size_t>(b);
+      if (fluid) route_first_[pair] = static_cast<std::uint32_t>(route_links_.size());
       if (a == b) continue;
       route.clear();
       fabric.route_into(a, b, hops);
@@ -133,15 +158,21 @@ Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor, bool prun
         const auto i = static_cast<std::size_t>(h.link);
         full += links[i].latency;
         if (idle[i]) continue;
+        if (fluid) route_links_.push_back(fluid_link_[2 * i + (h.up ? 0 : 1)]);
         if (shared_[i])
           route.emplace_back(shared_[i]);
         else
           route.emplace_back(duplex_[i], h.up ? Dir::UP : Dir::DOWN);
       }
-      zone->add_route(hosts_[static_cast<std::size_t>(a)]->get_netpoint(), hosts_[static_cast<std::size_t>(b)]->get_netpoint(),
-                      nullptr, nullptr, route, false);
-      route_latency_[static_cast<std::size_t>(a) * static_cast<std::size_t>(n) + static_cast<std::size_t>(b)] = full;
+      if (fluid && route_links_.size() - route_first_[pair] > static_cast<std::size_t>(FluidNetwork::kMaxHops))
+        throw std::logic_error("fabric route " + std::to_string(a) + " -> " + std::to_string(b) + " crosses more than " +
+                               std::to_string(FluidNetwork::kMaxHops) + " links that can limit it");
+      if (simgrid_routes)
+        zone->add_route(hosts_[static_cast<std::size_t>(a)]->get_netpoint(),
+                        hosts_[static_cast<std::size_t>(b)]->get_netpoint(), nullptr, nullptr, route, false);
+      route_latency_[pair] = full;
     }
+  if (fluid) route_first_[pairs] = static_cast<std::uint32_t>(route_links_.size());
   for (char i : idle) pruned_ += i;
   zone->seal();
   // Every transfer's latency comes from the callback: SimGrid calls it while the transfer starts,
@@ -161,7 +192,22 @@ double Platform::transfer_latency(int src, int dst, double bytes, double latency
   return std::max({latency, route * latency_factor_.at(bytes), kMinTransferLatency});
 }
 
+Platform::~Platform() {
+  if (timer_ != nullptr) timer_->remove();
+}
+
 sg4::CommPtr Platform::send(int src, int dst, double bytes, double latency, void* data) {
+  if (fluid_) {
+    const double payload = static_cast<double>(std::llround(bytes));
+    const std::size_t pair =
+        static_cast<std::size_t>(src) * hosts_.size() + static_cast<std::size_t>(dst);
+    const std::span<const int> route(route_links_.data() + route_first_[pair],
+                                     route_first_[pair + 1] - route_first_[pair]);
+    fluid_->start(sg4::Engine::get_clock(), transfer_latency(src, dst, payload, latency), payload, route,
+                  static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(data)));
+    flush_soon();
+    return nullptr;
+  }
   sg4::CommPtr comm = sg4::Comm::sendto_init(host(src), host(dst));
   const auto payload = static_cast<std::uint64_t>(std::llround(bytes));
   comm->set_payload_size(payload);
@@ -186,7 +232,43 @@ void Platform::set_compute_slowdown(int gpu, double factor) {
   hosts_[static_cast<std::size_t>(gpu)]->set_pstate(static_cast<unsigned long>(index));
 }
 
+// The fluid network is solved once per instant, after every change of that instant (a timer at
+// the current date runs after SimGrid's completions of the instant and before time moves on), then
+// wakes SimGrid again at its next event.
+void Platform::flush_soon() {
+  const double now = sg4::Engine::get_clock();
+  if (timer_ != nullptr) {
+    if (timer_date_ <= now) return;
+    timer_->remove();
+  }
+  timer_date_ = now;
+  timer_ = simgrid::kernel::timer::Timer::set(now, [this] { on_timer(); });
+}
+
+void Platform::on_timer() {
+  timer_ = nullptr;  // SimGrid deletes a timer once it has run
+  const double now = sg4::Engine::get_clock();
+  done_.clear();
+  fluid_->advance(now, done_);
+  if (!done_.empty()) {
+    const std::vector<std::uint64_t> done = std::move(done_);
+    for (const std::uint64_t token : done) done_callback_(reinterpret_cast<void*>(static_cast<std::uintptr_t>(token)));
+  }
+  if (timer_ != nullptr) return;  // a completion changed the network: it is solved again at once
+  const double next = fluid_->next_event();
+  if (next == FluidNetwork::kNever) return;
+  timer_date_ = std::max(next, now);
+  timer_ = simgrid::kernel::timer::Timer::set(timer_date_, [this] { on_timer(); });
+}
+
 void Platform::set_port_bandwidth(int link, double bandwidth) {
+  if (fluid_) {
+    const double now = sg4::Engine::get_clock();
+    for (const int d : {0, 1})
+      fluid_->set_capacity(fluid_link_[2 * static_cast<std::size_t>(link) + static_cast<std::size_t>(d)], bandwidth, now);
+    flush_soon();
+    return;
+  }
   auto* d = duplex_[static_cast<std::size_t>(link)];
   d->get_link_up()->set_bandwidth(bandwidth);
   d->get_link_down()->set_bandwidth(bandwidth);

@@ -8,9 +8,13 @@
 
 #include <simgrid/s4u.hpp>
 
+#include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "sim/engine/fabric.hpp"
+#include "sim/engine/fluid_network.hpp"
 #include "sim/engine/latency_factor.hpp"
 
 namespace moesim::sim {
@@ -21,12 +25,23 @@ inline constexpr double kHostSpeed = 1e12;        // work units per second at fu
 inline constexpr double kSlowdownStep = 0.0005;   // pstate i runs at speed / (1 + i * step)
 inline constexpr int kMaxSlowdownIndex = 8000;    // slowdown factors up to 5.0
 
+// Who moves the bytes of a transfer (docs/simulator.md, "Network fidelity"): SimGrid's flows, or the
+// engine's fluid network (FluidNetwork), which shares the same links the same way, driven by SimGrid
+// timers.
+enum class Transfers { kSimGrid, kFluid };
+
 class Platform {
  public:
   // `latency_factor`: a study's network/latency-factor setting, applied to every route's latency
   // (latency_factor.hpp). `prune`: leave out of the SimGrid routes every link that can never limit a
   // transfer (docs/simulator.md, "Platform"); false keeps every fabric link (tests compare).
-  explicit Platform(const Fabric& fabric, LatencyFactor latency_factor = {}, bool prune = true);
+  // `transfers`: kFluid moves every transfer in the fluid network; `simgrid_routes` false then
+  // leaves the SimGrid routes out (nothing crosses them; an activity dump reads them).
+  explicit Platform(const Fabric& fabric, LatencyFactor latency_factor = {}, bool prune = true,
+                    Transfers transfers = Transfers::kSimGrid, bool simgrid_routes = true);
+  ~Platform();
+  Platform(const Platform&) = delete;
+  Platform& operator=(const Platform&) = delete;
 
   sg4::Host* host(int gpu) const { return hosts_[static_cast<std::size_t>(gpu)]; }
   int gpus() const { return static_cast<int>(hosts_.size()); }
@@ -38,8 +53,14 @@ class Platform {
   // The SimGrid link of a fabric link, and of one direction of it (a shared link: itself).
   sg4::Link* link(const Hop& hop) const;
   // Starts a transfer of `bytes` from `src` to `dst` whose first byte moves transfer_latency() s
-  // after it starts; during that time it holds no bandwidth (SimGrid's latency phase).
+  // after it starts; during that time it holds no bandwidth (SimGrid's latency phase). In the fluid
+  // network it returns null and its end is reported to on_transfer_done's callback, with `data`.
   sg4::CommPtr send(int src, int dst, double bytes, double latency, void* data = nullptr);
+  bool fluid() const { return fluid_ != nullptr; }
+  // Fluid transfers: called with a transfer's `data` as it completes (SimGrid's own transfers
+  // report through Activity::on_completion). It may start transfers and change slowdowns.
+  void on_transfer_done(std::function<void(void*)> callback) { done_callback_ = std::move(callback); }
+  const FluidNetwork* fluid_network() const { return fluid_.get(); }
   // The s a transfer waits before its first byte moves: `latency` (its operation's fixed cost,
   // docs/simulator.md "Collectives"), or its fabric route's latency times the study's latency factor
   // when that is longer.
@@ -53,6 +74,8 @@ class Platform {
     long pstate = 0;  // the host's pstate as last set (asking SimGrid costs more than remembering)
   };
   void set_port_bandwidth(int link, double bandwidth);
+  void flush_soon();  // the fluid network changed: solve it at this instant, once all changes are in
+  void on_timer();
   const Fabric& fabric_;
   std::vector<sg4::Host*> hosts_;
   std::vector<sg4::SplitDuplexLink*> duplex_;  // per fabric link, null for shared links
@@ -62,6 +85,16 @@ class Platform {
   double next_latency_ = 0.0;  // the latency of the transfer send() is starting
   int pruned_ = 0;
   std::vector<double> route_latency_;  // [a * gpus + b]: the fabric route's latency, s
+  // The fluid network: its link of each fabric link and direction ([2 * link + (up ? 0 : 1)]), the
+  // route of every ordered pair ([a * gpus + b] into route_links_), the timer of its next event.
+  std::unique_ptr<FluidNetwork> fluid_;
+  std::vector<int> fluid_link_;
+  std::vector<std::uint32_t> route_first_;
+  std::vector<int> route_links_;
+  simgrid::kernel::timer::Timer* timer_ = nullptr;
+  double timer_date_ = 0.0;
+  std::function<void(void*)> done_callback_;
+  std::vector<std::uint64_t> done_;
 };
 
 }  // namespace moesim::sim

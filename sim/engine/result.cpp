@@ -51,6 +51,7 @@ nlohmann::json to_json(const SimResult& r) {
           {"tokens", r.tokens},
           {"activities", r.activities},
           {"aggregated_flows", r.aggregated_flows},
+          {"fluid_flows", r.fluid_flows},
           {"trace_repeated", r.trace_repeated},
           {"wall_s", r.wall_seconds}};
 }
@@ -88,6 +89,7 @@ SimResult sim_result_from_json(const nlohmann::json& j) {
   r.tokens = j.at("tokens").get<std::uint64_t>();
   r.activities = j.at("activities").get<std::uint64_t>();
   r.aggregated_flows = j.at("aggregated_flows").get<std::uint64_t>();
+  r.fluid_flows = j.value("fluid_flows", std::uint64_t{0});
   r.trace_repeated = j.at("trace_repeated").get<bool>();
   r.wall_seconds = j.at("wall_s").get<double>();
   return r;

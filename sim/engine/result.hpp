@@ -66,6 +66,8 @@ struct SimResult {
   // Flows that each stood for several transfers (network fidelity "auto": an aggregated uniform
   // all-to-all, docs/simulator.md); 0: every transfer ran as its own flow.
   std::uint64_t aggregated_flows = 0;
+  // Transfers moved by the engine's fluid network (network fidelity "auto"); 0: by SimGrid's flows.
+  std::uint64_t fluid_flows = 0;
   bool trace_repeated = false;
   double wall_seconds = 0.0;
   std::vector<TimelineEvent> timeline;  // the first timeline_steps measured steps

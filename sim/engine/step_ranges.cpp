@@ -83,6 +83,7 @@ SimResult merge_step_ranges(const std::vector<SimResult>& parts) {
     out.tokens += r.tokens;
     out.activities += r.activities;
     out.aggregated_flows += r.aggregated_flows;
+    out.fluid_flows += r.fluid_flows;
     out.trace_repeated = out.trace_repeated || r.trace_repeated;
     out.wall_seconds += r.wall_seconds;
   }

@@ -42,6 +42,13 @@ const std::array<MetricColumn, 19> kMetricColumns{{
 
 namespace {
 
+std::string network_fidelity_ran(const std::vector<SimResult>& timelines) {
+  auto any = [&](auto pred) { return std::any_of(timelines.begin(), timelines.end(), pred); };
+  if (any([](const SimResult& t) { return t.aggregated_flows > 0; })) return "aggregated";
+  if (any([](const SimResult& t) { return t.fluid_flows > 0; })) return "fluid";
+  return "flow";
+}
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 nlohmann::json jnum(double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); }
@@ -238,11 +245,9 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
       {"trace_repeated", v.timelines.front().trace_repeated},
       {"dispatch_mode_ran", dispatch_mode_name(sc.dispatch)},
       // What the network fidelity resolved to: "aggregated" where some flow stood for several
-      // transfers (the aggregated uniform all-to-all), else "flow" (one SimGrid flow per transfer).
-      {"network_fidelity_ran", std::any_of(v.timelines.begin(), v.timelines.end(),
-                                           [](const SimResult& t) { return t.aggregated_flows > 0; })
-                                   ? "aggregated"
-                                   : "flow"},
+      // transfers (the aggregated uniform all-to-all), else "fluid" where the engine's fluid network
+      // moved the transfers, else "flow" (one SimGrid flow per transfer).
+      {"network_fidelity_ran", network_fidelity_ran(v.timelines)},
   };
   for (const auto& c : kMetricColumns) {
     if (c.json_path.empty()) continue;

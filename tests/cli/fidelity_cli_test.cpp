@@ -57,12 +57,24 @@ TEST_CASE("network.fidelity: flow and auto give the same times on one switch nod
   CHECK(a == doctest::Approx(b).epsilon(1e-9));
 }
 
-TEST_CASE("network.fidelity: auto runs every flow where aggregation is not exact (two nodes)") {
+TEST_CASE("network.fidelity: auto runs the fluid network where aggregation is not exact (two nodes), at flow's times") {
   TempDir tmp;
-  const auto doc = run_study(tmp, synthetic_study("h200-2x8-800g", ""));
-  const auto& v = doc.at("variants").at(0);
-  CHECK(v.at("inputs").at("network_fidelity") == "auto");
-  CHECK(v.at("network_fidelity_ran") == "flow");
+  const auto doc = run_study(tmp, synthetic_study("h200-2x8-800g", "sweep:\n  network.fidelity: [auto, flow]\n"));
+  const auto& fast = variant(doc, "auto");
+  const auto& flow = variant(doc, "flow");
+  CHECK(fast.at("inputs").at("network_fidelity") == "auto");
+  CHECK(fast.at("network_fidelity_ran") == "fluid");
+  CHECK(flow.at("network_fidelity_ran") == "flow");
+  const double a = fast.at("step_latency_s").at("mean").get<double>();
+  const double b = flow.at("step_latency_s").at("mean").get<double>();
+  CHECK(a > 0.0);
+  CHECK(a == doctest::Approx(b).epsilon(1e-6));
+}
+
+TEST_CASE("network.fidelity: a SimGrid setting of the study keeps SimGrid's flows under auto") {
+  TempDir tmp;
+  const auto doc = run_study(tmp, synthetic_study("h200-2x8-800g", "  simgrid: [\"maxmin/precision:1e-6\"]\n"));
+  CHECK(doc.at("variants").at(0).at("network_fidelity_ran") == "flow");
 }
 
 TEST_CASE("network.fidelity: an unknown value or key is refused with the file's line and the choices") {

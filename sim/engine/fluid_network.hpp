@@ -1,0 +1,110 @@
+// The engine's own flow-level network (docs/simulator.md, "Network fidelity"): transfers that share
+// links max-min fairly, every flow on a link counting alike, the same sharing SimGrid's flows get on
+// the platform (Platform), solved without SimGrid's general solver. A change re-solves only the
+// flows it can affect: in progressive filling, nothing below the level at which the change first
+// matters moves (a completed flow's rate; for a new flow or a new capacity, a bound on where its
+// links saturate), so only flows at or above that level are filled again. No SimGrid here: times
+// in s, bytes in B, capacities in B/s; the caller says when "now" is.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <queue>
+#include <span>
+#include <vector>
+
+namespace moesim::sim {
+
+class FluidNetwork {
+ public:
+  static constexpr int kMaxHops = 16;
+  static constexpr double kNever = std::numeric_limits<double>::infinity();
+  // Flows whose completions fall within this fraction of the time of an event (a few rounding
+  // steps) complete with it.
+  static constexpr double kTimeTolerance = 1e-15;
+
+  // `capacities`: B/s of each link (> 0). `incremental` false fills every flow again at every
+  // change: the reference the incremental solver is tested against.
+  explicit FluidNetwork(std::vector<double> capacities, bool incremental = true);
+
+  std::size_t links() const { return cap_.size(); }
+  double capacity(int link) const { return cap_[static_cast<std::size_t>(link)]; }
+  // From `now` on, `link` carries `capacity` B/s (> 0).
+  void set_capacity(int link, double capacity, double now);
+  // A flow of `bytes` (>= 0; 0 completes when its latency ends) over `route` (link indices, each at most once, at most kMaxHops) that
+  // holds no bandwidth until now + latency, then shares its links. `token` comes back from
+  // advance() when the flow completes.
+  void start(double now, double latency, double bytes, std::span<const int> route, std::uint64_t token);
+  // When a flow next starts moving bytes or completes (kNever: nothing in flight).
+  double next_event();
+  // Runs the network to `now` (no earlier than any earlier call's now) and appends the tokens of
+  // the flows that completed by then, in order of completion.
+  void advance(double now, std::vector<std::uint64_t>& done);
+  std::size_t in_flight() const { return live_; }
+  // B/s of the flow holding `token` now, 0 while in its latency or unknown (tests).
+  double rate(std::uint64_t token);
+  // Solves run and flows filled in them, over the network's life (benchmarks).
+  std::uint64_t solves() const { return solves_; }
+  std::uint64_t flows_filled() const { return filled_; }
+
+ private:
+  enum class State : std::uint8_t { kFree, kWaiting, kActive };
+  struct Flow {
+    std::uint64_t token = 0;
+    double rem = 0.0;    // bytes left at `since`
+    double since = 0.0;  // s
+    double rate = 0.0;   // B/s
+    double next_rate = 0.0;  // the rate a running solve gives it
+    std::uint32_t version = 0;  // changes whenever a heap entry of this slot goes stale
+    std::uint32_t mark = 0;     // solve stamp: in the current fill (unfrozen) or filled
+    std::uint8_t hops = 0;
+    State state = State::kFree;
+    std::array<std::int32_t, kMaxHops> link{};
+    std::array<std::uint32_t, kMaxHops> pos{};  // index in on_link_[link]
+  };
+  struct Event {
+    double time;
+    std::uint32_t flow, version;
+    bool operator>(const Event& o) const { return time != o.time ? time > o.time : flow > o.flow; }
+  };
+  using EventHeap = std::priority_queue<Event, std::vector<Event>, std::greater<Event>>;
+
+  void catch_up(double now);
+  void solve_if_needed();
+  void solve(double level);
+  void complete(std::uint32_t f);
+  void activate(std::uint32_t f);
+  void push_finish(std::uint32_t f);
+  void lower_restart(double level) {
+    if (level < restart_) restart_ = level;
+  }
+  double next_time();
+
+  bool incremental_;
+  std::vector<double> cap_, load_;  // per link: capacity, sum of its active flows' rates
+  std::vector<std::vector<std::uint32_t>> on_link_;
+  std::vector<Flow> flows_;
+  std::vector<std::uint32_t> free_;
+  std::vector<std::uint32_t> order_;  // active flows by rate, ascending (as of the last solve)
+  std::vector<std::uint32_t> fresh_;  // activated since the last solve
+  EventHeap finish_, waiting_;
+  std::vector<std::uint64_t> ready_;  // completed, not yet returned by advance()
+  double time_ = 0.0;
+  double restart_ = kNever;  // the level the next solve fills from (kNever: no solve needed)
+  std::size_t live_ = 0;
+  std::uint32_t stamp_ = 0;
+  std::uint64_t solves_ = 0, filled_ = 0;
+  // Scratch of a solve, per link.
+  std::vector<double> rc_;
+  std::vector<std::uint32_t> unfrozen_, link_version_, link_mark_, first_, fill_;
+  std::vector<std::uint32_t> touched_, members_, suffix_;
+  struct Share {
+    double share;
+    std::uint32_t link, version;
+    bool operator>(const Share& o) const { return share != o.share ? share > o.share : link > o.link; }
+  };
+  std::vector<Share> heap_;
+};
+
+}  // namespace moesim::sim

@@ -1,0 +1,147 @@
+// The engine's fluid network (sim/engine/fluid_network.hpp): max-min sharing on small cases worked
+// by hand, latency and capacity changes, and the incremental solver against filling every flow again
+// at every change on random networks.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "sim/engine/fluid_network.hpp"
+
+using moesim::sim::FluidNetwork;
+
+namespace {
+
+struct Start {
+  double at, latency, bytes;
+  std::vector<int> route;
+  std::uint64_t token;
+};
+struct Change {
+  double at;
+  int link;
+  double capacity;
+};
+
+// Runs starts and capacity changes in time order and returns each token's completion time.
+std::map<std::uint64_t, double> run(FluidNetwork& net, std::vector<Start> starts, std::vector<Change> changes = {}) {
+  std::sort(starts.begin(), starts.end(), [](const Start& a, const Start& b) { return a.at < b.at; });
+  std::sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) { return a.at < b.at; });
+  std::map<std::uint64_t, double> end;
+  std::vector<std::uint64_t> done;
+  std::size_t s = 0, c = 0;
+  double now = 0.0;
+  for (int guard = 0; guard < 1000000; ++guard) {
+    const double ns = s < starts.size() ? starts[s].at : FluidNetwork::kNever;
+    const double nc = c < changes.size() ? changes[c].at : FluidNetwork::kNever;
+    const double ne = net.next_event();
+    const double t = std::min({ns, nc, ne});
+    if (t == FluidNetwork::kNever) break;
+    now = std::max(now, t);
+    done.clear();
+    net.advance(now, done);
+    for (auto tok : done) end[tok] = now;
+    while (s < starts.size() && starts[s].at <= now) {
+      const Start& x = starts[s++];
+      net.start(now, x.latency, x.bytes, x.route, x.token);
+    }
+    while (c < changes.size() && changes[c].at <= now) {
+      net.set_capacity(changes[c].link, changes[c].capacity, now);
+      ++c;
+    }
+  }
+  return end;
+}
+
+}  // namespace
+
+TEST_CASE("fluid network: two flows share a link equally, the survivor takes it all") {
+  FluidNetwork net({1e9});
+  const auto end = run(net, {{0.0, 0.0, 1e6, {0}, 1}, {0.0, 0.0, 2e6, {0}, 2}});
+  CHECK(end.at(1) == doctest::Approx(2e-3).epsilon(1e-12));  // 1 MB at 0.5 GB/s
+  CHECK(end.at(2) == doctest::Approx(3e-3).epsilon(1e-12));  // then 1 MB at 1 GB/s
+  CHECK(net.in_flight() == 0);
+}
+
+TEST_CASE("fluid network: max-min rates (a flow held by one link leaves the rest of another to others)") {
+  // f1 on A (1 GB/s), f2 on A and B (2 GB/s), f3 on B: A's share 0.5 binds f1 and f2; f3 gets 1.5.
+  FluidNetwork net({1e9, 2e9});
+  net.start(0.0, 0.0, 1e9, std::vector<int>{0}, 1);
+  net.start(0.0, 0.0, 1e9, std::vector<int>{0, 1}, 2);
+  net.start(0.0, 0.0, 1e9, std::vector<int>{1}, 3);
+  std::vector<std::uint64_t> done;
+  net.advance(0.0, done);
+  CHECK(done.empty());
+  CHECK(net.rate(1) == doctest::Approx(0.5e9));
+  CHECK(net.rate(2) == doctest::Approx(0.5e9));
+  CHECK(net.rate(3) == doctest::Approx(1.5e9));
+}
+
+TEST_CASE("fluid network: a flow holds no bandwidth during its latency; a zero-byte flow ends with it") {
+  FluidNetwork net({1e9});
+  const auto end = run(net, {{0.0, 1e-3, 1e6, {0}, 1}, {0.0, 0.0, 2e6, {0}, 2}, {0.0, 5e-4, 0.0, {0}, 3}});
+  // Flow 2 alone for 1 ms moves 1 MB; then both share: flow 1's 1 MB and flow 2's last 1 MB end at 3 ms.
+  CHECK(end.at(2) == doctest::Approx(3e-3).epsilon(1e-12));
+  CHECK(end.at(1) == doctest::Approx(3e-3).epsilon(1e-12));
+  CHECK(end.at(3) == doctest::Approx(5e-4).epsilon(1e-12));
+}
+
+TEST_CASE("fluid network: a capacity change applies to flows in flight from its instant") {
+  FluidNetwork net({1e9, 1e9});
+  // 1 ms at 1 GB/s (1 MB), then half speed: the last 1 MB takes 2 ms.
+  const auto end = run(net, {{0.0, 0.0, 2e6, {0, 1}, 1}}, {{1e-3, 1, 0.5e9}});
+  CHECK(end.at(1) == doctest::Approx(3e-3).epsilon(1e-12));
+}
+
+TEST_CASE("fluid network: bad input is refused") {
+  CHECK_THROWS_AS(FluidNetwork({0.0}), std::invalid_argument);
+  FluidNetwork net({1e9});
+  CHECK_THROWS_AS(net.start(0.0, 0.0, 1.0, std::vector<int>{}, 1), std::invalid_argument);
+  CHECK_THROWS_AS(net.start(0.0, 0.0, 1.0, std::vector<int>{3}, 1), std::invalid_argument);
+  CHECK_THROWS_AS(net.start(0.0, -1.0, 1.0, std::vector<int>{0}, 1), std::invalid_argument);
+  CHECK_THROWS_AS(net.set_capacity(0, -1.0, 0.0), std::invalid_argument);
+}
+
+TEST_CASE("fluid network: filling only what a change can move gives every flow the same end as filling all") {
+  // Random networks of ports and a few shared links: flows start in bursts (as an all-to-all's
+  // do), with latencies, sizes over three decades, and port capacities that change mid-flight.
+  for (unsigned seed = 1; seed <= 12; ++seed) {
+    CAPTURE(seed);
+    std::mt19937_64 rng(seed);
+    const int ports = 8 + static_cast<int>(seed % 5) * 4;
+    std::vector<double> caps;
+    for (int p = 0; p < 2 * ports; ++p) caps.push_back(seed % 2 ? 4e11 : 1e11 + 3e11 * std::uniform_real_distribution<>(0, 1)(rng));
+    const int shared = 3;
+    for (int k = 0; k < shared; ++k) caps.push_back(2e12);
+    std::vector<Start> starts;
+    std::uniform_real_distribution<> u(0.0, 1.0);
+    std::uint64_t token = 0;
+    for (int burst = 0; burst < 6; ++burst) {
+      const double t0 = burst * 2e-5;
+      for (int src = 0; src < ports; ++src)
+        for (int dst = 0; dst < ports; ++dst) {
+          if (src == dst || u(rng) < 0.4) continue;
+          std::vector<int> route{src, ports + dst};
+          if (u(rng) < 0.3) route.push_back(2 * ports + static_cast<int>(rng() % shared));
+          const double bytes = std::pow(10.0, 4.0 + 3.0 * u(rng));
+          starts.push_back({t0 + (u(rng) < 0.5 ? 0.0 : 1e-6 * u(rng)), 1e-6 * u(rng), bytes, route, ++token});
+        }
+    }
+    std::vector<Change> changes;
+    for (int k = 0; k < 40; ++k)
+      changes.push_back({1.5e-4 * u(rng), static_cast<int>(rng() % (2 * ports)), caps[0] / (1.0 + u(rng))});
+    FluidNetwork fast(caps), full(caps, false);
+    const auto a = run(fast, starts, changes), b = run(full, starts, changes);
+    REQUIRE(a.size() == starts.size());
+    REQUIRE(b.size() == starts.size());
+    double worst = 0.0;
+    for (const auto& [tok, t] : b) worst = std::max(worst, std::abs(a.at(tok) - t) / t);
+    CHECK(worst < 1e-9);
+    CHECK(fast.flows_filled() < full.flows_filled());
+  }
+}

@@ -23,11 +23,12 @@ FluidNetwork::FluidNetwork(std::vector<double> capacities, bool incremental)
     if (!(cap_[i] > 0.0) || !std::isfinite(cap_[i]))
       throw std::invalid_argument("fluid network: link " + std::to_string(i) + " has capacity " +
                                   std::to_string(cap_[i]) + " B/s (must be positive and finite)");
-  load_.assign(n, 0.0);
   on_link_.resize(n);
   rc_.assign(n, 0.0);
   unfrozen_.assign(n, 0);
-  link_version_.assign(n, 0);
+  solved_cap_ = cap_;
+  changed_flag_.assign(n, 0);
+  fresh_count_.assign(n, 0);
   link_mark_.assign(n, 0);
   first_.assign(n, 0);
   fill_.assign(n, 0);
@@ -40,15 +41,14 @@ void FluidNetwork::set_capacity(int link, double capacity, double now) {
   catch_up(now);
   const auto l = static_cast<std::size_t>(link);
   if (capacity == cap_[l]) return;
-  const auto& on = on_link_[l];
-  if (!on.empty()) {
-    // Below both the level at which the link saturated (the highest rate on it, at least the
-    // lowest) and the level at which it saturates now (at least capacity / flows), nothing moves.
-    double level = capacity / static_cast<double>(on.size());
-    for (const std::uint32_t f : on)
-      if (flows_[f].rate > 0.0) level = std::min(level, flows_[f].rate);
-    lower_restart(level);
+  if (on_link_[l].empty()) {
+    cap_[l] = capacity;
+    solved_cap_[l] = capacity;
+    return;
   }
+  // Where it first matters is worked out when the network is next solved, against the capacity
+  // it was last solved with (a link can change several times in one instant).
+  mark_changed(l);
   cap_[l] = capacity;
 }
 
@@ -149,7 +149,7 @@ void FluidNetwork::complete(std::uint32_t f) {
   lower_restart(x.rate);
   for (int h = 0; h < x.hops; ++h) {
     const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
-    load_[l] -= x.rate;
+    seed(l);
     auto& on = on_link_[l];
     const std::uint32_t p = x.pos[static_cast<std::size_t>(h)];
     const std::uint32_t moved = on.back();
@@ -181,6 +181,7 @@ void FluidNetwork::activate(std::uint32_t f) {
   x.state = State::kActive;
   x.since = time_;
   x.rate = 0.0;
+  x.fresh = true;
   for (int h = 0; h < x.hops; ++h) {
     auto& on = on_link_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])];
     x.pos[static_cast<std::size_t>(h)] = static_cast<std::uint32_t>(on.size());
@@ -205,35 +206,81 @@ void FluidNetwork::push_finish(std::uint32_t f) {
   }
 }
 
+// The lowest level at which a link holding flows of `rates` (ascending) and `fresh` new ones fills
+// `capacity`: where sum(min(rate, level)) + fresh x level reaches it (kNever: it never does).
+double FluidNetwork::water_level(const std::vector<double>& rates, std::uint32_t fresh, double capacity) {
+  double below = 0.0;  // the rates under the level
+  const std::size_t n = rates.size();
+  for (std::size_t i = 0; i <= n; ++i) {
+    const double count = static_cast<double>(n - i + fresh);
+    if (count == 0.0) return kNever;
+    const double level = (capacity - below) / count;
+    if (i == n || level <= rates[i]) return level;
+    below += rates[i];
+  }
+  return kNever;
+}
+
+void FluidNetwork::mark_changed(std::size_t link) {
+  if (changed_flag_[link]) return;
+  changed_flag_[link] = 1;
+  changed_links_.push_back(static_cast<std::uint32_t>(link));
+}
+
 void FluidNetwork::solve_if_needed() {
-  if (!fresh_.empty()) {
-    // A link with `a` new flows next to `n` it had, loaded with S, saturates no lower than
-    // max((capacity - S) / a, capacity / (n + a)): nothing below that moves.
-    for (const std::uint32_t f : fresh_) {
-      const Flow& x = flows_[f];
-      for (int h = 0; h < x.hops; ++h) ++unfrozen_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])];
-    }
-    for (const std::uint32_t f : fresh_) {
-      const Flow& x = flows_[f];
-      for (int h = 0; h < x.hops; ++h) {
-        const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
-        const double a = unfrozen_[l];
-        if (a == 0) continue;  // counted already
-        const double n = static_cast<double>(on_link_[l].size()) - a;
-        lower_restart(std::max((cap_[l] - load_[l]) / a, cap_[l] / (n + a)));
-        unfrozen_[l] = 0;
-      }
+  // Each link with new flows or a new capacity: below both the level at which it saturated before
+  // (the highest rate on it, when it was full) and the level at which it saturates now (its water
+  // level with the other flows' rates and the new flows), no link saturates differently, so no rate
+  // moves.
+  for (const std::uint32_t f : fresh_) {
+    const Flow& x = flows_[f];
+    for (int h = 0; h < x.hops; ++h) {
+      const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
+      ++fresh_count_[l];
+      mark_changed(l);
     }
   }
-  if (restart_ == kNever) return;
-  const double level = incremental_ ? std::max(0.0, restart_ * (1.0 - kLevelMargin)) : 0.0;
+  fresh_.clear();
+  for (const std::uint32_t l : changed_links_) {
+    rates_.clear();
+    double load = 0.0;
+    for (const std::uint32_t g : on_link_[l])
+      if (!flows_[g].fresh) {
+        rates_.push_back(flows_[g].rate);
+        load += flows_[g].rate;
+      }
+    std::sort(rates_.begin(), rates_.end());
+    double level = water_level(rates_, fresh_count_[l], cap_[l]);
+    if (!rates_.empty() && load >= solved_cap_[l] * (1.0 - kLevelMargin)) level = std::min(level, rates_.back());
+    if (!on_link_[l].empty()) {
+      lower_restart(level);
+      seed(l);
+    }
+    solved_cap_[l] = cap_[l];
+    fresh_count_[l] = 0;
+    changed_flag_[l] = 0;
+  }
+  changed_links_.clear();
+  if (restart_ == kNever) {
+    seeds_.clear();
+    return;
+  }
+  double level = std::max(0.0, restart_ * (1.0 - kLevelMargin));
+  if (!incremental_) {
+    // The reference: every flow filled again, from zero.
+    level = 0.0;
+    for (std::size_t l = 0; l < on_link_.size(); ++l)
+      if (!on_link_[l].empty()) seed(l);
+  }
   restart_ = kNever;
   solve(level);
 }
 
-// Progressive filling of every flow whose rate is at least `level` (and every new one), the others
-// keeping theirs: all of them rise together from `level`; the link whose share (capacity left over
-// its unfilled flows) is lowest saturates next and fixes its flows at that share.
+// Progressive filling of the flows a change can move: those at or above `level` (and every new
+// one) connected to a changed link through links they share; every other flow keeps its rate (in
+// its connected part nothing changed, so filling it again would give it the same). All of them rise
+// together from `level`; the link whose share (capacity left by the others, over its unfixed flows)
+// is lowest saturates next and fixes its flows at that share.
 void FluidNetwork::solve(double level) {
   ++solves_;
   if (stamp_ > 0xfffffff0U) {
@@ -243,62 +290,64 @@ void FluidNetwork::solve(double level) {
   }
   stamp_ += 2;
   const std::uint32_t open = stamp_, filled = stamp_ + 1;
-  std::size_t cut = 0;
-  if (level > 0.0)
-    cut = static_cast<std::size_t>(std::lower_bound(order_.begin(), order_.end(), level,
-                                                    [this](std::uint32_t f, double v) { return flows_[f].rate < v; }) -
-                                   order_.begin());
-  const bool full = cut == 0;
+  // Search from the changed links. Each link reached is read whole: the flows it holds that move
+  // join the fill (and their links the search), the others leave their rates out of its capacity.
   suffix_.clear();
-  for (std::size_t i = cut; i < order_.size(); ++i)
-    if (flows_[order_[i]].state == State::kActive) suffix_.push_back(order_[i]);
-  order_.resize(cut);
-  for (const std::uint32_t f : fresh_)
-    if (flows_[f].state == State::kActive) suffix_.push_back(f);
-  fresh_.clear();
-  if (full) std::fill(load_.begin(), load_.end(), 0.0);
-  if (suffix_.empty()) return;
-
-  // Each touched link: the capacity its flows outside the fill leave, its flows in the fill.
   touched_.clear();
-  for (const std::uint32_t f : suffix_) {
-    Flow& x = flows_[f];
-    x.mark = open;
-    for (int h = 0; h < x.hops; ++h) {
-      const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
-      if (link_mark_[l] != open) {
-        link_mark_[l] = open;
-        touched_.push_back(static_cast<std::uint32_t>(l));
-        rc_[l] = cap_[l] - load_[l];
-        unfrozen_[l] = 0;
-      }
-      if (!full) rc_[l] += x.rate;
-      ++unfrozen_[l];
+  members_.clear();
+  for (const std::uint32_t l : seeds_)
+    if (link_mark_[l] != open) {
+      link_mark_[l] = open;
+      touched_.push_back(l);
     }
+  seeds_.clear();
+  for (std::size_t q = 0; q < touched_.size(); ++q) {
+    const std::uint32_t l = touched_[q];
+    double rc = cap_[l];
+    first_[l] = static_cast<std::uint32_t>(members_.size());
+    for (const std::uint32_t f : on_link_[l]) {
+      Flow& x = flows_[f];
+      if (!x.fresh && x.rate < level) {
+        rc -= x.rate;
+        continue;
+      }
+      members_.push_back(f);
+      if (x.mark == open) continue;
+      x.mark = open;
+      suffix_.push_back(f);
+      for (int h = 0; h < x.hops; ++h) {
+        const auto m = static_cast<std::uint32_t>(x.link[static_cast<std::size_t>(h)]);
+        if (link_mark_[m] != open) {
+          link_mark_[m] = open;
+          touched_.push_back(m);
+        }
+      }
+    }
+    fill_[l] = static_cast<std::uint32_t>(members_.size());
+    rc_[l] = rc;
+    unfrozen_[l] = fill_[l] - first_[l];
   }
-  std::uint32_t total = 0;
-  for (const std::uint32_t l : touched_) {
-    first_[l] = total;
-    fill_[l] = total;
-    total += unfrozen_[l];
-  }
-  members_.resize(total);
-  for (const std::uint32_t f : suffix_) {
-    const Flow& x = flows_[f];
-    for (int h = 0; h < x.hops; ++h) members_[fill_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])]++] = f;
-  }
+  // One entry per link. A link's share only rises as flows elsewhere are fixed (they leave it at
+  // most its share each), so an entry is brought up to date only when it reaches the top.
   heap_.clear();
-  for (const std::uint32_t l : touched_) {
-    ++link_version_[l];
-    heap_.push_back(Share{std::max(rc_[l], 0.0) / unfrozen_[l], l, link_version_[l]});
-  }
+  for (const std::uint32_t l : touched_)
+    if (unfrozen_[l] > 0) heap_.push_back(Share{std::max(rc_[l], 0.0) / unfrozen_[l], l});
   std::make_heap(heap_.begin(), heap_.end(), std::greater<Share>());
   double lv = level;
   while (!heap_.empty()) {
     std::pop_heap(heap_.begin(), heap_.end(), std::greater<Share>());
-    const Share s = heap_.back();
+    Share s = heap_.back();
+    if (unfrozen_[s.link] == 0) {
+      heap_.pop_back();
+      continue;
+    }
+    const double now_share = std::max(rc_[s.link], 0.0) / unfrozen_[s.link];
+    if (now_share > s.share) {
+      heap_.back().share = now_share;
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<Share>());
+      continue;
+    }
     heap_.pop_back();
-    if (s.version != link_version_[s.link] || unfrozen_[s.link] == 0) continue;
     lv = std::max(lv, s.share);
     for (std::uint32_t i = first_[s.link]; i < fill_[s.link]; ++i) {
       Flow& x = flows_[members_[i]];
@@ -308,11 +357,7 @@ void FluidNetwork::solve(double level) {
       for (int h = 0; h < x.hops; ++h) {
         const auto m = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
         rc_[m] -= lv;
-        if (--unfrozen_[m] > 0 && m != s.link) {
-          ++link_version_[m];
-          heap_.push_back(Share{std::max(rc_[m], 0.0) / unfrozen_[m], static_cast<std::uint32_t>(m), link_version_[m]});
-          std::push_heap(heap_.begin(), heap_.end(), std::greater<Share>());
-        }
+        --unfrozen_[m];
       }
     }
   }
@@ -321,21 +366,13 @@ void FluidNetwork::solve(double level) {
     Flow& x = flows_[f];
     ++filled_;
     const double r = x.next_rate;
-    if (full)
-      for (int h = 0; h < x.hops; ++h) load_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])] += r;
+    x.fresh = false;
     if (r == x.rate) continue;  // its completion stands
     x.rem = std::max(0.0, x.rem - x.rate * (time_ - x.since));
     x.since = time_;
-    if (!full)
-      for (int h = 0; h < x.hops; ++h) load_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])] += r - x.rate;
     x.rate = r;
     push_finish(f);
   }
-  std::sort(suffix_.begin(), suffix_.end(), [this](std::uint32_t a, std::uint32_t b) {
-    const double ra = flows_[a].rate, rb = flows_[b].rate;
-    return ra != rb ? ra < rb : a < b;
-  });
-  order_.insert(order_.end(), suffix_.begin(), suffix_.end());
 }
 
 }  // namespace moesim::sim

@@ -60,6 +60,7 @@ class FluidNetwork {
     std::uint32_t mark = 0;     // solve stamp: in the current fill (unfrozen) or filled
     std::uint8_t hops = 0;
     State state = State::kFree;
+    bool fresh = false;  // activated since the last solve
     std::array<std::int32_t, kMaxHops> link{};
     std::array<std::uint32_t, kMaxHops> pos{};  // index in on_link_[link]
   };
@@ -79,14 +80,20 @@ class FluidNetwork {
   void lower_restart(double level) {
     if (level < restart_) restart_ = level;
   }
+  void seed(std::size_t link) { seeds_.push_back(static_cast<std::uint32_t>(link)); }
+  void mark_changed(std::size_t link);
+  static double water_level(const std::vector<double>& rates, std::uint32_t fresh, double capacity);
   double next_time();
 
   bool incremental_;
-  std::vector<double> cap_, load_;  // per link: capacity, sum of its active flows' rates
+  std::vector<double> cap_;         // per link
+  std::vector<double> solved_cap_;  // per link: its capacity when the network was last solved
+  std::vector<char> changed_flag_;
+  std::vector<std::uint32_t> fresh_count_, changed_links_;  // links with new flows or capacities
+  std::vector<double> rates_;
   std::vector<std::vector<std::uint32_t>> on_link_;
   std::vector<Flow> flows_;
   std::vector<std::uint32_t> free_;
-  std::vector<std::uint32_t> order_;  // active flows by rate, ascending (as of the last solve)
   std::vector<std::uint32_t> fresh_;  // activated since the last solve
   EventHeap finish_, waiting_;
   std::vector<std::uint64_t> ready_;  // completed, not yet returned by advance()
@@ -97,11 +104,12 @@ class FluidNetwork {
   std::uint64_t solves_ = 0, filled_ = 0;
   // Scratch of a solve, per link.
   std::vector<double> rc_;
-  std::vector<std::uint32_t> unfrozen_, link_version_, link_mark_, first_, fill_;
+  std::vector<std::uint32_t> unfrozen_, link_mark_, first_, fill_;
   std::vector<std::uint32_t> touched_, members_, suffix_;
+  std::vector<std::uint32_t> seeds_;  // links changed since the last solve
   struct Share {
     double share;
-    std::uint32_t link, version;
+    std::uint32_t link;
     bool operator>(const Share& o) const { return share != o.share ? share > o.share : link > o.link; }
   };
   std::vector<Share> heap_;

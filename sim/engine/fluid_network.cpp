@@ -103,13 +103,27 @@ double FluidNetwork::rate(std::uint64_t token) {
   return 0.0;
 }
 
-double FluidNetwork::next_time() {
+// A flow keeps one finish entry while its rates only fall: an entry is put right when it reaches
+// the top (then it is the flow's true finish, or it goes back at that), and a new one is pushed only
+// when a rate rises (version: the older goes stale).
+void FluidNetwork::settle_finish() {
   while (!finish_.empty()) {
-    const Event& e = finish_.top();
-    const Flow& x = flows_[e.flow];
-    if (x.state == State::kActive && x.version == e.version) break;
+    const Event e = finish_.top();
+    Flow& x = flows_[e.flow];
+    if (x.state != State::kActive || x.version != e.version) {
+      finish_.pop();
+      continue;
+    }
+    const double actual = x.since + x.rem / x.rate;
+    if (actual <= e.time) break;
     finish_.pop();
+    x.queued = actual;
+    finish_.push(Event{actual, e.flow, e.version});
   }
+}
+
+double FluidNetwork::next_time() {
+  settle_finish();
   double t = finish_.empty() ? kNever : finish_.top().time;
   if (!waiting_.empty()) t = std::min(t, waiting_.top().time);
   return t;
@@ -124,16 +138,12 @@ void FluidNetwork::catch_up(double now) {
     if (!(t <= now * (1.0 + kTimeTolerance))) break;
     if (t > time_) time_ = t;
     const double horizon = time_ * (1.0 + kTimeTolerance);
-    while (!finish_.empty()) {
-      const Event e = finish_.top();
-      const Flow& x = flows_[e.flow];
-      if (x.state != State::kActive || x.version != e.version) {
-        finish_.pop();
-        continue;
-      }
-      if (e.time > horizon) break;
+    for (;;) {
+      settle_finish();
+      if (finish_.empty() || finish_.top().time > horizon) break;
+      const std::uint32_t f = finish_.top().flow;
       finish_.pop();
-      complete(e.flow);
+      complete(f);
     }
     while (!waiting_.empty() && waiting_.top().time <= horizon) {
       const std::uint32_t f = waiting_.top().flow;
@@ -152,8 +162,8 @@ void FluidNetwork::complete(std::uint32_t f) {
     seed(l);
     auto& on = on_link_[l];
     const std::uint32_t p = x.pos[static_cast<std::size_t>(h)];
-    const std::uint32_t moved = on.back();
-    on[p] = moved;
+    const std::uint32_t moved = on.back().flow;
+    on[p] = on.back();
     on.pop_back();
     if (moved != f) {
       Flow& y = flows_[moved];
@@ -181,26 +191,32 @@ void FluidNetwork::activate(std::uint32_t f) {
   x.state = State::kActive;
   x.since = time_;
   x.rate = 0.0;
+  x.queued = kNever;
   x.fresh = true;
   for (int h = 0; h < x.hops; ++h) {
     auto& on = on_link_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])];
     x.pos[static_cast<std::size_t>(h)] = static_cast<std::uint32_t>(on.size());
-    on.push_back(f);
+    on.push_back(Member{f, kFreshRate});
   }
   fresh_.push_back(f);
 }
 
 void FluidNetwork::push_finish(std::uint32_t f) {
   Flow& x = flows_[f];
+  const double t = x.since + x.rem / x.rate;
+  if (t >= x.queued) return;  // its entry comes first and is put right then
   ++x.version;
-  finish_.push(Event{x.since + x.rem / x.rate, f, x.version});
+  x.queued = t;
+  finish_.push(Event{t, f, x.version});
   if (finish_.size() > 4 * live_ + 1024) {
     // Mostly stale entries (rates that changed since): keep the current one of each flow.
     std::vector<Event> keep;
     keep.reserve(live_);
     for (std::uint32_t g = 0; g < flows_.size(); ++g) {
-      const Flow& y = flows_[g];
-      if (y.state == State::kActive && y.rate > 0.0) keep.push_back(Event{y.since + y.rem / y.rate, g, y.version});
+      Flow& y = flows_[g];
+      if (y.state != State::kActive || y.rate <= 0.0) continue;
+      y.queued = y.since + y.rem / y.rate;
+      keep.push_back(Event{y.queued, g, y.version});
     }
     finish_ = EventHeap(std::greater<Event>(), std::move(keep));
   }
@@ -244,10 +260,10 @@ void FluidNetwork::solve_if_needed() {
   for (const std::uint32_t l : changed_links_) {
     rates_.clear();
     double load = 0.0;
-    for (const std::uint32_t g : on_link_[l])
-      if (!flows_[g].fresh) {
-        rates_.push_back(flows_[g].rate);
-        load += flows_[g].rate;
+    for (const Member& m : on_link_[l])
+      if (m.rate != kFreshRate) {
+        rates_.push_back(m.rate);
+        load += m.rate;
       }
     std::sort(rates_.begin(), rates_.end());
     double level = water_level(rates_, fresh_count_[l], cap_[l]);
@@ -305,13 +321,14 @@ void FluidNetwork::solve(double level) {
     const std::uint32_t l = touched_[q];
     double rc = cap_[l];
     first_[l] = static_cast<std::uint32_t>(members_.size());
-    for (const std::uint32_t f : on_link_[l]) {
-      Flow& x = flows_[f];
-      if (!x.fresh && x.rate < level) {
-        rc -= x.rate;
+    for (const Member& on : on_link_[l]) {
+      if (on.rate != kFreshRate && on.rate < level) {  // keeps its rate
+        rc -= on.rate;
         continue;
       }
+      const std::uint32_t f = on.flow;
       members_.push_back(f);
+      Flow& x = flows_[f];
       if (x.mark == open) continue;
       x.mark = open;
       suffix_.push_back(f);
@@ -371,6 +388,8 @@ void FluidNetwork::solve(double level) {
     x.rem = std::max(0.0, x.rem - x.rate * (time_ - x.since));
     x.since = time_;
     x.rate = r;
+    for (int h = 0; h < x.hops; ++h)
+      on_link_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])][x.pos[static_cast<std::size_t>(h)]].rate = r;
     push_finish(f);
   }
 }

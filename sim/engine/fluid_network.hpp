@@ -56,6 +56,7 @@ class FluidNetwork {
     double since = 0.0;  // s
     double rate = 0.0;   // B/s
     double next_rate = 0.0;  // the rate a running solve gives it
+    double queued = kNever;  // the time of its finish entry
     std::uint32_t version = 0;  // changes whenever a heap entry of this slot goes stale
     std::uint32_t mark = 0;     // solve stamp: in the current fill (unfrozen) or filled
     std::uint8_t hops = 0;
@@ -84,6 +85,7 @@ class FluidNetwork {
   void mark_changed(std::size_t link);
   static double water_level(const std::vector<double>& rates, std::uint32_t fresh, double capacity);
   double next_time();
+  void settle_finish();
 
   bool incremental_;
   std::vector<double> cap_;         // per link
@@ -91,7 +93,14 @@ class FluidNetwork {
   std::vector<char> changed_flag_;
   std::vector<std::uint32_t> fresh_count_, changed_links_;  // links with new flows or capacities
   std::vector<double> rates_;
-  std::vector<std::vector<std::uint32_t>> on_link_;
+  // The flows on each link with their rates (kFreshRate: activated since the last solve), so that
+  // a solve reads a link without reading its flows.
+  struct Member {
+    std::uint32_t flow;
+    double rate;
+  };
+  static constexpr double kFreshRate = -1.0;
+  std::vector<std::vector<Member>> on_link_;
   std::vector<Flow> flows_;
   std::vector<std::uint32_t> free_;
   std::vector<std::uint32_t> fresh_;  // activated since the last solve

@@ -93,9 +93,18 @@ SimResult simulate(const EngineInput& in) {
   // The fluid network shares links as SimGrid's flows do under the engine's own settings; any other
   // SimGrid setting of the study keeps SimGrid's flows (docs/simulator.md, "Network fidelity").
   const bool own_settings_only = args.size() == engine_args(EngineOptions{}).size();
-  const Transfers transfers = in.options.fidelity == NetworkFidelity::kAuto && own_settings_only
-                                  ? Transfers::kFluid
-                                  : Transfers::kSimGrid;
+  if (in.options.fidelity == NetworkFidelity::kFluid && !own_settings_only) {
+    std::string settings;
+    for (std::size_t i = engine_args(EngineOptions{}).size(); i < args.size(); ++i)
+      settings += (settings.empty() ? "" : ", ") + args[i].substr(6);
+    throw common::InputError("network.fidelity fluid moves every transfer in the engine's fluid network, which reads "
+                             "no SimGrid setting (got " + settings +
+                             "): remove them from simgrid, or choose network.fidelity flow (SimGrid's flows) or auto");
+  }
+  const Transfers transfers =
+      in.options.fidelity == NetworkFidelity::kFluid || (in.options.fidelity == NetworkFidelity::kAuto && own_settings_only)
+          ? Transfers::kFluid
+          : Transfers::kSimGrid;
   Platform platform(fabric, latency_factor, in.options.prune_routes, transfers,
                     !in.options.dump_activities.empty());
   std::unique_ptr<ActivityDump> dump;

@@ -23,10 +23,11 @@ class StepSource;
 enum class WorkloadMode { kPrefill, kDecode, kTraining, kSynthetic };
 enum class DispatchMode { kFlat, kHierarchical, kLowLatency };
 enum class GradientSync { kAllReduce, kFsdp };
-// How the network is simulated (docs/simulator.md, "Network fidelity"): kAuto lets the engine take a
-// faster path where it is exact (today: the aggregated uniform all-to-all); kFlow runs every transfer
-// as its own SimGrid flow, the reference any faster path is checked against.
-enum class NetworkFidelity { kAuto, kFlow };
+// How the network is simulated (docs/simulator.md, "Network fidelity"): kAuto lets the engine take
+// its faster paths (the aggregated uniform all-to-all where it is exact, else the fluid network);
+// kFluid moves every transfer in the fluid network, none aggregated; kFlow runs every transfer as its
+// own SimGrid flow, the reference the others are checked against.
+enum class NetworkFidelity { kAuto, kFluid, kFlow };
 
 inline constexpr std::array<common::EnumName<WorkloadMode>, 4> kWorkloadModes{
     {{WorkloadMode::kPrefill, "prefill"},
@@ -38,8 +39,8 @@ inline constexpr std::array<common::EnumName<DispatchMode>, 3> kDispatchModes{
 inline constexpr std::array<common::EnumName<GradientSync>, 2> kGradientSyncs{
     {{GradientSync::kAllReduce, "all_reduce"}, {GradientSync::kFsdp, "fsdp"}}};
 
-inline constexpr std::array<common::EnumName<NetworkFidelity>, 2> kNetworkFidelities{
-    {{NetworkFidelity::kAuto, "auto"}, {NetworkFidelity::kFlow, "flow"}}};
+inline constexpr std::array<common::EnumName<NetworkFidelity>, 3> kNetworkFidelities{
+    {{NetworkFidelity::kAuto, "auto"}, {NetworkFidelity::kFluid, "fluid"}, {NetworkFidelity::kFlow, "flow"}}};
 
 inline std::string workload_mode_name(WorkloadMode m) { return common::enum_name<WorkloadMode>(kWorkloadModes, m); }
 inline std::string dispatch_mode_name(DispatchMode m) { return common::enum_name<DispatchMode>(kDispatchModes, m); }
@@ -102,8 +103,9 @@ struct EngineOptions {
   std::string label;              // "overlapped", "ideal", ... for reports
   std::string dump_activities;    // write every task to this file for moesim-replay ("" = off)
   // kAuto: a synthetic uniform all-to-all runs as one flow per GPU where that is exact
-  // (docs/simulator.md, "Aggregated uniform all-to-all"); kFlow: every (source, destination)
-  // transfer is its own flow. SimResult::aggregated_flows says which ran.
+  // (docs/simulator.md, "Aggregated uniform all-to-all"), every other transfer in the fluid network;
+  // kFluid: every transfer in the fluid network; kFlow: every (source, destination) transfer is its
+  // own SimGrid flow. SimResult::aggregated_flows and fluid_flows say which ran.
   NetworkFidelity fidelity = NetworkFidelity::kAuto;
   // Leave links that can never limit a transfer out of the SimGrid routes (docs/simulator.md,
   // "Platform"); the results are the same either way (tests compare), with fewer constraints to solve.

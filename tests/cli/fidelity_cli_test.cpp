@@ -71,6 +71,30 @@ TEST_CASE("network.fidelity: auto runs the fluid network where aggregation is no
   CHECK(a == doctest::Approx(b).epsilon(1e-6));
 }
 
+TEST_CASE("network.fidelity: fluid moves every transfer in the fluid network, none aggregated, at the same times") {
+  TempDir tmp;
+  const auto doc = run_study(tmp, synthetic_study("h100-sxm-8gpu", "sweep:\n  network.fidelity: [auto, fluid]\n"));
+  const auto& fast = variant(doc, "auto");
+  const auto& fluid = variant(doc, "fluid");
+  CHECK(fast.at("network_fidelity_ran") == "aggregated");
+  CHECK(fluid.at("inputs").at("network_fidelity") == "fluid");
+  CHECK(fluid.at("network_fidelity_ran") == "fluid");
+  const double a = fast.at("step_latency_s").at("mean").get<double>();
+  const double b = fluid.at("step_latency_s").at("mean").get<double>();
+  CHECK(a > 0.0);
+  CHECK(b == doctest::Approx(a).epsilon(1e-9));
+}
+
+TEST_CASE("network.fidelity: fluid with a SimGrid setting is refused, naming the setting and the fix") {
+  TempDir tmp;
+  write_text(tmp / "s.yaml", synthetic_study("h200-2x8-800g", "  simgrid: [\"maxmin/precision:1e-6\"]\n  network: {fidelity: fluid}\n"));
+  const auto r = run_moesim({"run", (tmp / "s.yaml").string(), "-o", (tmp / "out").string(), "-q"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("maxmin/precision:1e-6") != std::string::npos);
+  CHECK(r.err.find("network.fidelity flow") != std::string::npos);
+  CHECK(!fs::exists(tmp / "out" / "results.json"));
+}
+
 TEST_CASE("network.fidelity: a SimGrid setting of the study keeps SimGrid's flows under auto") {
   TempDir tmp;
   const auto doc = run_study(tmp, synthetic_study("h200-2x8-800g", "  simgrid: [\"maxmin/precision:1e-6\"]\n"));

@@ -40,49 +40,36 @@ const nlohmann::json& variant(const nlohmann::json& doc, const std::string& name
   return doc;
 }
 
+// Runs `cluster`'s synthetic study under fidelities `a` and `b`; each variant must say what it was
+// asked and what ran, and their mean step times agree to `rel`.
+void check_pair(const std::string& cluster, const std::string& a, const std::string& ran_a, const std::string& b,
+                const std::string& ran_b, double rel) {
+  TempDir tmp;
+  const auto doc = run_study(tmp, synthetic_study(cluster, "sweep:\n  network.fidelity: [" + a + ", " + b + "]\n"));
+  const auto& va = variant(doc, a);
+  const auto& vb = variant(doc, b);
+  CHECK(va.at("inputs").at("network_fidelity") == a);
+  CHECK(vb.at("inputs").at("network_fidelity") == b);
+  CHECK(va.at("network_fidelity_ran") == ran_a);
+  CHECK(vb.at("network_fidelity_ran") == ran_b);
+  const double ta = va.at("step_latency_s").at("mean").get<double>();
+  const double tb = vb.at("step_latency_s").at("mean").get<double>();
+  CHECK(ta > 0.0);
+  CHECK(ta == doctest::Approx(tb).epsilon(rel));
+}
+
 }  // namespace
 
 TEST_CASE("network.fidelity: flow and auto give the same times on one switch node, and say which ran") {
-  TempDir tmp;
-  const auto doc = run_study(tmp, synthetic_study("h100-sxm-8gpu", "sweep:\n  network.fidelity: [auto, flow]\n"));
-  const auto& fast = variant(doc, "auto");
-  const auto& flow = variant(doc, "flow");
-  CHECK(fast.at("inputs").at("network_fidelity") == "auto");
-  CHECK(flow.at("inputs").at("network_fidelity") == "flow");
-  CHECK(fast.at("network_fidelity_ran") == "aggregated");
-  CHECK(flow.at("network_fidelity_ran") == "flow");
-  const double a = fast.at("step_latency_s").at("mean").get<double>();
-  const double b = flow.at("step_latency_s").at("mean").get<double>();
-  CHECK(a > 0.0);
-  CHECK(a == doctest::Approx(b).epsilon(1e-9));
+  check_pair("h100-sxm-8gpu", "auto", "aggregated", "flow", "flow", 1e-9);
 }
 
 TEST_CASE("network.fidelity: auto runs the fluid network where aggregation is not exact (two nodes), at flow's times") {
-  TempDir tmp;
-  const auto doc = run_study(tmp, synthetic_study("h200-2x8-800g", "sweep:\n  network.fidelity: [auto, flow]\n"));
-  const auto& fast = variant(doc, "auto");
-  const auto& flow = variant(doc, "flow");
-  CHECK(fast.at("inputs").at("network_fidelity") == "auto");
-  CHECK(fast.at("network_fidelity_ran") == "fluid");
-  CHECK(flow.at("network_fidelity_ran") == "flow");
-  const double a = fast.at("step_latency_s").at("mean").get<double>();
-  const double b = flow.at("step_latency_s").at("mean").get<double>();
-  CHECK(a > 0.0);
-  CHECK(a == doctest::Approx(b).epsilon(1e-6));
+  check_pair("h200-2x8-800g", "auto", "fluid", "flow", "flow", 1e-6);
 }
 
 TEST_CASE("network.fidelity: fluid moves every transfer in the fluid network, none aggregated, at the same times") {
-  TempDir tmp;
-  const auto doc = run_study(tmp, synthetic_study("h100-sxm-8gpu", "sweep:\n  network.fidelity: [auto, fluid]\n"));
-  const auto& fast = variant(doc, "auto");
-  const auto& fluid = variant(doc, "fluid");
-  CHECK(fast.at("network_fidelity_ran") == "aggregated");
-  CHECK(fluid.at("inputs").at("network_fidelity") == "fluid");
-  CHECK(fluid.at("network_fidelity_ran") == "fluid");
-  const double a = fast.at("step_latency_s").at("mean").get<double>();
-  const double b = fluid.at("step_latency_s").at("mean").get<double>();
-  CHECK(a > 0.0);
-  CHECK(b == doctest::Approx(a).epsilon(1e-9));
+  check_pair("h100-sxm-8gpu", "auto", "aggregated", "fluid", "fluid", 1e-9);
 }
 
 TEST_CASE("network.fidelity: fluid with a SimGrid setting is refused, naming the setting and the fix") {

@@ -210,6 +210,21 @@ inline SimSetup shipped_deepseek_setup(sim::WorkloadMode mode) {
   return c;
 }
 
+// The rails cluster h200-2x8-400g-per-gpu rebuilt as an oversubscribed two-level fat tree (50 GB/s
+// links, 1 us): its uplinks fill, so flows of different GPUs share them.
+inline models::Cluster oversubscribed_fat_tree() {
+  models::Cluster c = models::load_cluster("h200-2x8-400g-per-gpu");
+  auto& net = c.inter_node;
+  net.topology = models::TopologyKind::kFatTree;
+  net.levels = 2;
+  net.down = {8, 2};
+  net.up = {2, 1};
+  net.parallel_links = {1, 1};
+  net.link_bandwidth = 50e9;
+  net.link_latency = 1e-6;
+  return c;
+}
+
 // MoE training of the toy architecture (4 experts, top-2) on 2 GPUs, two micro-batches of 64
 // tokens overlapped in two chunks: 1 warmup and 4 measured steps.
 inline SimSetup toy_moe_training_setup() {

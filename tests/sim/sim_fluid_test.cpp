@@ -84,19 +84,8 @@ TEST_CASE("fluid network: several nodes, each topology, flat, hierarchical and l
       CAPTURE(cluster);
       CAPTURE(sim::dispatch_mode_name(dispatch));
       auto c = shipped_deepseek_setup(sim::WorkloadMode::kDecode);
-      c.cluster = models::load_cluster(cluster == "fat tree" ? "h200-2x8-400g-per-gpu" : cluster);
+      c.cluster = cluster == "fat tree" ? moesim::testing::oversubscribed_fat_tree() : models::load_cluster(cluster);
       c.profile = models::load_profile("h200");
-      if (cluster == "fat tree") {
-        // Oversubscribed: its uplinks fill, so flows of different GPUs share them.
-        auto& net = c.cluster.inter_node;
-        net.topology = models::TopologyKind::kFatTree;
-        net.levels = 2;
-        net.down = {8, 2};
-        net.up = {2, 1};
-        net.parallel_links = {1, 1};
-        net.link_bandwidth = 50e9;
-        net.link_latency = 1e-6;
-      }
       c.ep = 16;
       c.placement = moesim::testing::identity_placement(c.arch, c.ep);
       c.workload.batch_sequences = 64;

@@ -40,17 +40,7 @@ TEST_CASE("platform: links that cannot limit a transfer are left out, and the re
       CAPTURE(cluster);
       CAPTURE(sim::dispatch_mode_name(dispatch));
       auto c = shipped_deepseek_setup(sim::WorkloadMode::kPrefill);
-      c.cluster = models::load_cluster(cluster == "fat tree" ? "h200-2x8-400g-per-gpu" : cluster);
-      if (cluster == "fat tree") {
-        auto& net = c.cluster.inter_node;
-        net.topology = models::TopologyKind::kFatTree;
-        net.levels = 2;
-        net.down = {8, 2};
-        net.up = {2, 1};
-        net.parallel_links = {1, 1};
-        net.link_bandwidth = 50e9;
-        net.link_latency = 1e-6;
-      }
+      c.cluster = cluster == "fat tree" ? moesim::testing::oversubscribed_fat_tree() : models::load_cluster(cluster);
       c.ep = 16;
       c.placement = moesim::testing::identity_placement(c.arch, c.ep);
       c.options.dispatch = dispatch;

@@ -2,9 +2,10 @@
 // links max-min fairly, every flow on a link counting alike, the same sharing SimGrid's flows get on
 // the platform (Platform), solved without SimGrid's general solver. A change re-solves only the
 // flows it can affect: in progressive filling, nothing below the level at which the change first
-// matters moves (a completed flow's rate; for a new flow or a new capacity, a bound on where its
-// links saturate), so only flows at or above that level are filled again. No SimGrid here: times
-// in s, bytes in B, capacities in B/s; the caller says when "now" is.
+// matters moves (a completed flow's rate; for new flows or a new capacity, the level at which their
+// link saturates now or saturated before), so only flows at or above that level, connected to a
+// changed link, are filled again. No SimGrid here: times in s, bytes in B, capacities in B/s; the
+// caller says when "now" is.
 #pragma once
 
 #include <array>

@@ -92,10 +92,11 @@ SimResult simulate(const EngineInput& in) {
   const Fabric fabric(*in.cluster, *in.profile);
   // The fluid network shares links as SimGrid's flows do under the engine's own settings; any other
   // SimGrid setting of the study keeps SimGrid's flows (docs/simulator.md, "Network fidelity").
-  const bool own_settings_only = args.size() == engine_args(EngineOptions{}).size();
+  const std::size_t own_settings = engine_args(EngineOptions{}).size();
+  const bool own_settings_only = args.size() == own_settings;
   if (in.options.fidelity == NetworkFidelity::kFluid && !own_settings_only) {
     std::string settings;
-    for (std::size_t i = engine_args(EngineOptions{}).size(); i < args.size(); ++i)
+    for (std::size_t i = own_settings; i < args.size(); ++i)
       settings += (settings.empty() ? "" : ", ") + args[i].substr(6);
     throw common::InputError("network.fidelity fluid moves every transfer in the engine's fluid network, which reads "
                              "no SimGrid setting (got " + settings +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "common/error.hpp"
@@ -132,7 +133,8 @@ void Executor::start_transfer(Task& t, std::uint32_t id) {
     // The most recent transfer; of several started at one instant, the last in the step's task
     // order, so that the order in which the network reports simultaneous completions (which starts
     // their successors) does not choose the contention factor.
-    if (tr.last_comm == nullptr || tr.last_comm->start != t.start || tr.last_comm < &t) tr.last_comm = &t;
+    if (tr.last_comm == nullptr || tr.last_comm->start != t.start || std::less<const Task*>{}(tr.last_comm, &t))
+      tr.last_comm = &t;
     account_state(gpu);
     refresh_contention(gpu);
     if (t.layer >= 0 && measuring_) {

@@ -171,6 +171,11 @@ void FluidNetwork::complete(std::uint32_t f) {
         if (static_cast<std::size_t>(y.link[static_cast<std::size_t>(k)]) == l) y.pos[static_cast<std::size_t>(k)] = p;
     }
   }
+  release(f);
+}
+
+void FluidNetwork::release(std::uint32_t f) {
+  Flow& x = flows_[f];
   x.state = State::kFree;
   ++x.version;
   --live_;
@@ -181,18 +186,13 @@ void FluidNetwork::complete(std::uint32_t f) {
 void FluidNetwork::activate(std::uint32_t f) {
   Flow& x = flows_[f];
   if (x.rem <= 0.0) {  // no byte to move: done when its latency is
-    x.state = State::kFree;
-    ++x.version;
-    --live_;
-    free_.push_back(f);
-    ready_.push_back(x.token);
+    release(f);
     return;
   }
   x.state = State::kActive;
   x.since = time_;
   x.rate = 0.0;
   x.queued = kNever;
-  x.fresh = true;
   for (int h = 0; h < x.hops; ++h) {
     auto& on = on_link_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])];
     x.pos[static_cast<std::size_t>(h)] = static_cast<std::uint32_t>(on.size());
@@ -308,7 +308,7 @@ void FluidNetwork::solve(double level) {
   const std::uint32_t open = stamp_, filled = stamp_ + 1;
   // Search from the changed links. Each link reached is read whole: the flows it holds that move
   // join the fill (and their links the search), the others leave their rates out of its capacity.
-  suffix_.clear();
+  moving_.clear();
   touched_.clear();
   members_.clear();
   for (const std::uint32_t l : seeds_)
@@ -331,7 +331,7 @@ void FluidNetwork::solve(double level) {
       Flow& x = flows_[f];
       if (x.mark == open) continue;
       x.mark = open;
-      suffix_.push_back(f);
+      moving_.push_back(f);
       for (int h = 0; h < x.hops; ++h) {
         const auto m = static_cast<std::uint32_t>(x.link[static_cast<std::size_t>(h)]);
         if (link_mark_[m] != open) {
@@ -379,11 +379,10 @@ void FluidNetwork::solve(double level) {
     }
   }
 
-  for (const std::uint32_t f : suffix_) {
+  for (const std::uint32_t f : moving_) {
     Flow& x = flows_[f];
     ++filled_;
     const double r = x.next_rate;
-    x.fresh = false;
     if (r == x.rate) continue;  // its completion stands
     x.rem = std::max(0.0, x.rem - x.rate * (time_ - x.since));
     x.since = time_;

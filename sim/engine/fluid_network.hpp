@@ -62,7 +62,6 @@ class FluidNetwork {
     std::uint32_t mark = 0;     // solve stamp: in the current fill (unfrozen) or filled
     std::uint8_t hops = 0;
     State state = State::kFree;
-    bool fresh = false;  // activated since the last solve
     std::array<std::int32_t, kMaxHops> link{};
     std::array<std::uint32_t, kMaxHops> pos{};  // index in on_link_[link]
   };
@@ -78,6 +77,7 @@ class FluidNetwork {
   void solve(double level);
   void complete(std::uint32_t f);
   void activate(std::uint32_t f);
+  void release(std::uint32_t f);  // the flow is done: its slot is free, its token ready
   void push_finish(std::uint32_t f);
   void lower_restart(double level) {
     if (level < restart_) restart_ = level;
@@ -115,7 +115,7 @@ class FluidNetwork {
   // Scratch of a solve, per link.
   std::vector<double> rc_;
   std::vector<std::uint32_t> unfrozen_, link_mark_, first_, fill_;
-  std::vector<std::uint32_t> touched_, members_, suffix_;
+  std::vector<std::uint32_t> touched_, members_, moving_;
   std::vector<std::uint32_t> seeds_;  // links changed since the last solve
   struct Share {
     double share;

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <unordered_set>
 #include <span>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -197,22 +197,21 @@ Platform::~Platform() {
 }
 
 sg4::CommPtr Platform::send(int src, int dst, double bytes, double latency, void* data) {
+  const auto payload = static_cast<std::uint64_t>(std::llround(bytes));
+  const double wait = transfer_latency(src, dst, static_cast<double>(payload), latency);
   if (fluid_) {
-    const double payload = static_cast<double>(std::llround(bytes));
-    const std::size_t pair =
-        static_cast<std::size_t>(src) * hosts_.size() + static_cast<std::size_t>(dst);
+    const std::size_t pair = static_cast<std::size_t>(src) * hosts_.size() + static_cast<std::size_t>(dst);
     const std::span<const int> route(route_links_.data() + route_first_[pair],
                                      route_first_[pair + 1] - route_first_[pair]);
-    fluid_->start(sg4::Engine::get_clock(), transfer_latency(src, dst, payload, latency), payload, route,
+    fluid_->start(sg4::Engine::get_clock(), wait, static_cast<double>(payload), route,
                   static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(data)));
     flush_soon();
     return nullptr;
   }
   sg4::CommPtr comm = sg4::Comm::sendto_init(host(src), host(dst));
-  const auto payload = static_cast<std::uint64_t>(std::llround(bytes));
   comm->set_payload_size(payload);
   if (data != nullptr) comm->set_data(data);
-  next_latency_ = transfer_latency(src, dst, static_cast<double>(payload), latency);
+  next_latency_ = wait;
   comm->start();
   return comm;
 }
@@ -248,12 +247,9 @@ void Platform::flush_soon() {
 void Platform::on_timer() {
   timer_ = nullptr;  // SimGrid deletes a timer once it has run
   const double now = sg4::Engine::get_clock();
-  done_.clear();
-  fluid_->advance(now, done_);
-  if (!done_.empty()) {
-    const std::vector<std::uint64_t> done = std::move(done_);
-    for (const std::uint64_t token : done) done_callback_(reinterpret_cast<void*>(static_cast<std::uintptr_t>(token)));
-  }
+  std::vector<std::uint64_t> done;
+  fluid_->advance(now, done);
+  for (const std::uint64_t token : done) done_callback_(reinterpret_cast<void*>(static_cast<std::uintptr_t>(token)));
   if (timer_ != nullptr) return;  // a completion changed the network: it is solved again at once
   const double next = fluid_->next_event();
   if (next == FluidNetwork::kNever) return;

@@ -94,7 +94,6 @@ class Platform {
   simgrid::kernel::timer::Timer* timer_ = nullptr;
   double timer_date_ = 0.0;
   std::function<void(void*)> done_callback_;
-  std::vector<std::uint64_t> done_;
 };
 
 }  // namespace moesim::sim

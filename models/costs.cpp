@@ -53,12 +53,14 @@ std::vector<Shape> attention_shapes(const Architecture& arch, int tp) {
     const double qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
     std::vector<Shape> s;
     if (a.q_lora_rank > 0) {
-      s.push_back({static_cast<double>(a.q_lora_rank), hidden});
+      // The query's and the KV's down-projections read the same input: serving engines run them as
+      // one GEMM (SGLang's fused_qkv_a_proj_with_mqa, python/sglang/srt/models/deepseek_v2.py).
+      s.push_back({static_cast<double>(a.q_lora_rank + a.kv_lora_rank + a.qk_rope_head_dim), hidden});
       s.push_back({heads * qk, static_cast<double>(a.q_lora_rank)});
     } else {
       s.push_back({heads * qk, hidden});
+      s.push_back({static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim), hidden});
     }
-    s.push_back({static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim), hidden});
     s.push_back({heads * (a.qk_nope_head_dim + a.v_head_dim), static_cast<double>(a.kv_lora_rank)});
     s.push_back({hidden, heads * a.v_head_dim});
     return s;
@@ -189,26 +191,47 @@ std::vector<GemmShape> gemm_shapes(const Architecture& arch, int tp) {
   return out;
 }
 
+double grouped_gemm_time(const Profile& profile, Dtype dtype, const std::vector<double>& rows, double n, double k) {
+  const GemmTable& table = require_table(profile, dtype);
+  double time = 0.0;
+  double all_rows = 0.0;
+  long groups = 0;
+  for (const double m : rows) {
+    if (m < 0.0) throw std::invalid_argument("grouped_gemm_time: negative row count");
+    if (m == 0.0) continue;
+    ++groups;
+    all_rows += m;
+    if (table.grouped == GroupedGemm::kLaunches) time += gemm_time(profile, dtype, m, n, k) - table.launch_floor;
+  }
+  if (groups == 0) return 0.0;
+  // kLaunches: the launch floor once for the whole group.
+  if (table.grouped == GroupedGemm::kLaunches) return time + table.launch_floor;
+  // kPersistent: the tiles of all rows share the SMs as one GEMM's do; each group past the first
+  // brings its own weights, which the GEMM of all rows reads only once.
+  return gemm_time(profile, dtype, all_rows, n, k) +
+         static_cast<double>(groups - 1) * dtype_bytes(dtype) * n * k / profile.device.hbm_bandwidth;
+}
+
 ExpertWork grouped_expert_time(const Profile& profile, const Architecture& arch,
                                const std::vector<long>& tokens_per_expert, int tp) {
   check_tp(tp);
-  const GemmTable& table = require_table(profile, arch.dtype);
+  require_table(profile, arch.dtype);
   const std::vector<Shape> shapes = ffn_shapes(arch, arch.expert_ffn_size, tp);
   ExpertWork w;
-  bool any = false;
+  std::vector<double> rows;
+  rows.reserve(tokens_per_expert.size());
   for (const long tokens : tokens_per_expert) {
     if (tokens < 0) throw std::invalid_argument("grouped_expert_time: negative token count");
     if (tokens == 0) continue;
-    any = true;
     const auto m = static_cast<double>(tokens);
+    rows.push_back(m);
     for (const Shape& s : shapes) {
-      w.time += gemm_time(profile, arch.dtype, m, s.n, s.k) - table.launch_floor;
       w.flops += gemm_flops(m, s.n, s.k);
       w.bytes += gemm_bytes(arch.dtype, m, s.n, s.k);
     }
   }
-  // One launch per projection for the whole group.
-  if (any) w.time += table.launch_floor * static_cast<double>(shapes.size());
+  if (rows.empty()) return w;
+  for (const Shape& s : shapes) w.time += grouped_gemm_time(profile, arch.dtype, rows, s.n, s.k);
   return w;
 }
 

@@ -37,9 +37,16 @@ struct GemmShape {
 };
 std::vector<GemmShape> gemm_shapes(const Architecture& arch, int tp);
 
+// One grouped GEMM: `rows[i]` rows (tokens) for group i, every group [rows x k]x[k x n] with its own
+// weights, run as the dtype's table says (GemmTable::grouped). Groups of 0 rows cost nothing.
+double grouped_gemm_time(const Profile& profile, Dtype dtype, const std::vector<double>& rows, double n, double k);
+
 // One MoE layer's routed experts on one GPU: `tokens_per_expert[i]` tokens for each local expert;
 // each expert runs `projections` GEMMs (SwiGLU: gate and up [t x hidden]x[hidden x ffn/tp], down
-// [t x ffn/tp]x[ffn/tp x hidden]) as a grouped GEMM (one launch-bound floor per group, not per expert).
+// [t x ffn/tp]x[ffn/tp x hidden]) as a grouped GEMM, one per projection, run as the table's `grouped`
+// says: kLaunches sums each expert's GEMM and pays the launch floor once per projection; kPersistent
+// takes the GEMM of all the experts' rows and adds every further expert's weights read from HBM.
+// Experts without tokens cost nothing. flops and bytes are the experts' own GEMMs either way.
 struct ExpertWork {
   double time = 0.0;   // s
   double flops = 0.0;  // FLOP

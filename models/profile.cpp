@@ -181,13 +181,14 @@ DeviceContext parse_device(const YamlNode& node) {
 
 GemmTable parse_gemm_table(const YamlNode& node) {
   node.expect_map();
-  node.allow_keys({"dtype", "peak_tflops", "launch_floor", "source", "m", "shapes"});
+  node.allow_keys({"dtype", "peak_tflops", "launch_floor", "grouped", "source", "m", "shapes"});
   GemmTable t;
   t.dtype = node.at("dtype").as_enum<Dtype>(kDtypes);
   t.peak_flops = positive_double(node.at("peak_tflops"), 1e6) * 1e12;
   t.provenance = parse_source(node);
   std::optional<YamlNode> floor_node = node.find("launch_floor");
   if (floor_node) t.launch_floor = floor_node->as_unit(UnitKind::kTime, 0.0, 1.0);
+  if (auto grouped = node.find("grouped")) t.grouped = grouped->as_enum<GroupedGemm>(kGroupedGemms);
 
   std::optional<NumberList> table_m;
   if (auto m = node.find("m")) {
@@ -721,8 +722,10 @@ std::string profile_to_yaml(const Profile& p) {
     y << "gemm:\n";
     for (const GemmTable& t : p.gemm) {
       y << "  - dtype: " << dtype_name(t.dtype) << "\n    peak_tflops: " << number(t.peak_flops / 1e12)
-        << "\n    launch_floor: " << unit_value(t.launch_floor, "us", 1e-6)
-        << "\n    source: " << source_yaml(t.provenance) << "\n";
+        << "\n    launch_floor: " << unit_value(t.launch_floor, "us", 1e-6);
+      if (t.grouped != GroupedGemm::kLaunches)
+        y << "\n    grouped: " << common::enum_name<GroupedGemm>(kGroupedGemms, t.grouped);
+      y << "\n    source: " << source_yaml(t.provenance) << "\n";
       const bool shared_m =
           std::all_of(t.curves.begin(), t.curves.end(), [&](const GemmCurve& c) { return c.m == t.curves.front().m; });
       if (shared_m && !t.curves.empty()) y << "    m: " << flow(t.curves.front().m) << "\n";

@@ -6,6 +6,7 @@
 // Units are SI: seconds, bytes, bytes per second, watts, FLOP.
 #pragma once
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -33,6 +34,15 @@ struct GemmCurve {
   std::vector<double> time;  // s, same length, non-decreasing
 };
 
+// How a grouped GEMM (one per expert, same N and K, its own rows each) runs on the GPU:
+// - kLaunches: every group's GEMM as the table times it, issued together (one CUDA graph, as
+//   moesim-calibrate measures cuBLASLt): the sum of the groups' times, the launch floor paid once;
+// - kPersistent: one persistent kernel over every group's rows (DeepGEMM's grouped kernels): the
+//   table's GEMM of all rows at once, plus every further group's weights read from HBM.
+enum class GroupedGemm { kLaunches, kPersistent };
+inline constexpr std::array<common::EnumName<GroupedGemm>, 2> kGroupedGemms{
+    {{GroupedGemm::kLaunches, "launches"}, {GroupedGemm::kPersistent, "persistent"}}};
+
 struct GemmTable {
   Dtype dtype = Dtype::kBf16;
   Provenance provenance;
@@ -40,6 +50,7 @@ struct GemmTable {
   // s: the fixed cost of one kernel launch, included once in every tabulated time; a grouped GEMM
   // pays it once per group. No longer than any time in the table.
   double launch_floor = 0.0;
+  GroupedGemm grouped = GroupedGemm::kLaunches;
   std::vector<GemmCurve> curves;
 };
 

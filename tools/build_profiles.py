@@ -328,12 +328,12 @@ def architecture_shapes(arch_dir):
             heads = ceil_div(att["num_heads"], tp)
             if att["kind"] == "mla":
                 qk = att["qk_nope_head_dim"] + att["qk_rope_head_dim"]
-                if att.get("q_lora_rank", 0):
-                    shapes.add((att["q_lora_rank"], hidden))
+                if att.get("q_lora_rank", 0):  # the query's and the KV's down-projections fused (models/costs.cpp)
+                    shapes.add((att["q_lora_rank"] + att["kv_lora_rank"] + att["qk_rope_head_dim"], hidden))
                     shapes.add((heads * qk, att["q_lora_rank"]))
                 else:
                     shapes.add((heads * qk, hidden))
-                shapes.add((att["kv_lora_rank"] + att["qk_rope_head_dim"], hidden))
+                    shapes.add((att["kv_lora_rank"] + att["qk_rope_head_dim"], hidden))
                 shapes.add((heads * (att["qk_nope_head_dim"] + att["v_head_dim"]), att["kv_lora_rank"]))
                 shapes.add((hidden, heads * att["v_head_dim"]))
             else:
@@ -432,19 +432,22 @@ def efficiency_for(target_flops, m, n, k, h, t0, peak):
     return 2.0 * m * n * k / ((t - t0) * peak * g)
 
 
-# --- a candidate mechanism: a persistent-tile GEMM on the SMs (analysis only, --tile-model) ----------
-# Not used for the shipped tables (docs/validation.md, GEMMs, says why). DeepGEMM's block choice
-# (deepseek-ai/DeepGEMM @327ec92f, deep_gemm/jit_kernels/gemm.py, get_best_configs; read, not copied):
-# BLOCK_M from {64, 128, 256} (128 only for the contiguous layout), BLOCK_N from 16..128 in steps of
-# 8 plus 144 and 160 (at most 128 when BLOCK_M is 256); the fewest waves of tiles over the SMs, then
-# the fullest last wave, then on ties a smaller block on the shared side or a larger BLOCK_N.
+# --- the FP8 GEMM model: DeepGEMM's persistent-tile kernel on the SMs ---------------------------------
+# The Hopper profiles' FP8 tables (DeepGEMM, the FP8 library of DeepSeek-V3-style serving; docs/validation.md,
+# GEMMs). DeepGEMM's block choice (deepseek-ai/DeepGEMM @327ec92f, deep_gemm/jit_kernels/gemm.py,
+# get_best_configs; read, not copied): BLOCK_M from {64, 128, 256} (128 only for the contiguous layout),
+# BLOCK_N from 16..128 in steps of 8 plus 144 and 160 (at most 128 when BLOCK_M is 256); the fewest waves of
+# tiles over the SMs, then the fullest last wave, then on ties a smaller block on the shared side or a larger
+# BLOCK_N.
 # time = t0 + fill + max(waves (max(compute, load) + store), unique bytes / hbm), per tile:
-#   compute = 2 BM BN K / (peak / SMs * e)        the tile's FLOPs at the SM's share of the peak
-#   load    = (BM + BN) K in_bytes / L            its operands through the SM's load path (L per SM)
-#   store   = BM BN out_bytes / (hbm / SMs)       the epilogue writes at the SM's share of HBM
-#   fill    = (BM + BN) 128 in_bytes / (hbm / SMs) the first BLOCK_K stage before any MMA can start
+#   compute = 2 BM BN K / (peak / SMs * e)          the tile's FLOPs at the SM's share of the peak
+#   load    = (R + BN) K in_bytes / L               its operands through the SM's load path (L per SM),
+#                                                   R = min(M, BM): below one block only M rows exist
+#   store   = BM BN out_bytes / (hbm / SMs)         the epilogue writes at the SM's share of HBM
+#   fill    = (R + BN) 128 in_bytes / (hbm / SMs)   the first BLOCK_K stage before any MMA can start
 # e, L and t0 fitted (least squares in log time): e to the M = 4096 points, L and t0 to the M <= 128
-# points, alternately until they settle.
+# points, alternately until they settle. The same (e, L, t0) serve every Hopper GPU (same SMs and clocks);
+# hbm is each GPU's own.
 
 DEEPGEMM_BLOCK_N = tuple(range(16, 129, 8)) + (144, 160)
 
@@ -478,10 +481,11 @@ def tile_model(m, n, k, params, hw, groups=1, contiguous=False):
     e, load_bw, t0 = params
     sms, peak, hbm, in_b, out_b = hw
     bm, bn, _, waves = deepgemm_blocks(m, n, groups, sms, contiguous)
+    rows = min(m, bm)  # below one block, TMA fetches only the rows there are (the MMA still runs the whole block)
     compute = 2.0 * bm * bn * k / (peak / sms * e)
-    load = (bm + bn) * k * in_b / load_bw
+    load = (rows + bn) * k * in_b / load_bw
     store = bm * bn * out_b / (hbm / sms)
-    fill = (bm + bn) * 128 * in_b / (hbm / sms)
+    fill = (rows + bn) * 128 * in_b / (hbm / sms)
     unique = groups * (in_b * (m * k + k * n) + out_b * m * n)
     return t0 + fill + max(waves * (max(compute, load) + store), unique / hbm)
 
@@ -540,11 +544,11 @@ def tile_model_report(ref):
     def one(m, n, k):
         return tile_model(m, n, k, params, hw)
     rules = {
-        "every group's GEMM, one launch floor (models::grouped_expert_time)":
+        "every group's GEMM, one launch floor (grouped: launches)":
             lambda g, m, n, k: g * (one(m, n, k) - floor) + floor,
         "one persistent kernel over all groups' tiles (DeepGEMM's own schedule)":
             lambda g, m, n, k, c=False: tile_model(g * m if c else m, n, k, params, hw, 1 if c else g, c),
-        "the GEMM of all rows, plus every further group's weights read from HBM":
+        "the GEMM of all rows, plus every further group's weights read from HBM (grouped: persistent, shipped)":
             lambda g, m, n, k: one(g * m, n, k) + (g - 1) * n * k / hw[2],
     }
     for name, rule in rules.items():
@@ -621,11 +625,29 @@ def build(gpu, ref, shapes, arch_names, report):
         fits["fp8"] = fp8
         e16 = efficiency_for(gpus["h200_bf16_8192"], 8192, 8192, 8192, fp8["h"], fp8["t0"], sheet["bf16"])
         fits["bf16"] = {"e": e16, "h": fp8["h"], "t0": fp8["t0"]}
-        fit_text = (f"fitted to {len(az['gemm'])} cuBLASLt FP8 points ({AZURE.format(file=az['file'])}) and 18 DeepGEMM "
-                    f"FP8 points ({DEEPGEMM}; H800 has the H100's SMs and HBM3, so those points use the H100's "
-                    f"{g5(ref['azure']['h100-sxm']['hbm']['Copy'] / 1e12)} TB/s), each set weighted equally, least "
+        fit_text = (f"a fit of this form to {len(az['gemm'])} cuBLASLt FP8 points ({AZURE.format(file=az['file'])}) and "
+                    f"18 DeepGEMM FP8 points ({DEEPGEMM}; H800 has the H100's SMs and HBM3, so those points use the "
+                    f"H100's {g5(ref['azure']['h100-sxm']['hbm']['Copy'] / 1e12)} TB/s), each set weighted equally, least "
                     f"squares in log time: e={fp8['e']:.4f}, h={fp8['h']:.1f}, t0={fp8['t0'] * 1e6:.3f} us, rms log "
                     f"error {fp8['rms_log']:.3f}")
+        e_t, l_t, t0_t = ref["tile_fp8"]
+        hw = (sheet["sms"], sheet["fp8"], hbm, 1, 2)
+        tile_res = [2.0 * m * n * k / f / tile_model(m, n, k, ref["tile_fp8"], ref["tile_hw"]) - 1.0
+                    for m, n, k, f in ref["deepgemm"]]
+        tile_text = ("DeepGEMM's persistent-tile kernel (tools/build_profiles.py, the FP8 GEMM model; block choice "
+                     "from deepseek-ai/DeepGEMM @327ec92f deep_gemm/jit_kernels/gemm.py get_best_configs): time = t0 + "
+                     "fill + max(waves (max(compute, load) + store), unique bytes / hbm_bandwidth) over "
+                     f"{sheet['sms']} SMs, compute = 2 BM BN K / (peak e / SMs), load = (min(M, BM) + BN) K / L, store "
+                     "= 2 BM BN / (hbm_bandwidth / SMs), fill = (min(M, BM) + BN) 128 / (hbm_bandwidth / SMs); in 1 "
+                     f"byte, out bf16; e={e_t:.4f}, L={l_t / 1e9:.2f} GB/s per SM, t0={t0_t * 1e6:.3f} us fitted to "
+                     f"DeepGEMM's 18 dense points ({DEEPGEMM}; the H100's SMs, clocks and HBM3): e to M = 4096, L and "
+                     f"t0 to M <= 128, least squares in log time; residuals mean "
+                     f"{100 * statistics.mean(abs(r) for r in tile_res):.1f}%, worst "
+                     f"{100 * max(abs(r) for r in tile_res):.1f}% (TFLOP/s)"
+                     + ("" if gpu == "h100-sxm" else "; this GPU has the same SMs and clocks, so (e, L, t0) carry over "
+                        "with its own hbm_bandwidth") +
+                     "; grouped: one persistent kernel over every group's rows (the GEMM of all rows, plus every further "
+                     "group's weights read from HBM)")
     else:
         fp16 = fit_gemm([[(m, n, k, f, hbm) for m, n, k, f in az["gemm"]]], sheet["bf16"], 2, 2)
         fits["bf16"] = fp16
@@ -647,7 +669,7 @@ def build(gpu, ref, shapes, arch_names, report):
                      f"({GPUS_MD}; the public best, MAMF, is {g5(gpus['mamf_bf16'] / 1e12)})")
         tables.append(("bf16", sheet["bf16"], b16, 2, 2, bf16_text))
         tables.append(("fp16", sheet["bf16"], b16, 2, 2, "as bf16 (same tensor-core rate): " + bf16_text))
-        tables.append(("fp8", sheet["fp8"], fits["fp8"], 1, 2, rule + "in 1 byte, out bf16; " + fit_text))
+        tables.append(("fp8", sheet["fp8"], {"t0": t0_t, "tile": hw}, 1, 2, tile_text))
     else:
         tables.append(("fp16", sheet["bf16"], b16, 2, 2, rule + fit_text))
         tables.append(("bf16", sheet["bf16"], b16, 2, 2, "as fp16 (same tensor-core rate): " + rule + fit_text))
@@ -660,12 +682,17 @@ def build(gpu, ref, shapes, arch_names, report):
         w(f"  - dtype: {dtype}")
         w(f"    peak_tflops: {g6(peak / 1e12)}")
         w(f"    launch_floor: {fit['t0'] * 1e6:.4g}us")
+        if "tile" in fit:
+            w("    grouped: persistent")
         w("    source: " + source("model", f"{text}; peak {g6(peak / 1e12)} TFLOP/s dense ({GPUS_MD}); shapes: every "
                                            f"projection of {', '.join(arch_names)} at TP 1, 2, 4 (models/costs.cpp)"))
         w(f"    m: {flow(M_GRID, lambda v: str(v))}")
         w("    shapes:")
         for n, k in shapes:
-            times = [gemm_model(m, n, k, fit["e"], fit["h"], fit["t0"], peak, hbm, in_b, out_b) * 1e6 for m in M_GRID]
+            if "tile" in fit:
+                times = [tile_model(m, n, k, ref["tile_fp8"], fit["tile"]) * 1e6 for m in M_GRID]
+            else:
+                times = [gemm_model(m, n, k, fit["e"], fit["h"], fit["t0"], peak, hbm, in_b, out_b) * 1e6 for m in M_GRID]
             w(f"      - {{n: {n}, k: {k}, time_us: {flow(times)}}}")
 
     # Collectives.
@@ -918,8 +945,8 @@ def main():
     parser.add_argument("--check", action="store_true", help="compare with the files in --out instead of writing")
     parser.add_argument("--report", action="store_true", help="print the GEMM fits' residuals to stderr")
     parser.add_argument("--tile-model", action="store_true",
-                        help="print the persistent-tile GEMM model's fit and held-out errors (analysis; the "
-                             "shipped tables keep the efficiency model) and exit")
+                        help="print the persistent-tile FP8 GEMM model's fit, its held-out errors and the grouped "
+                             "rules' errors, and exit")
     args = parser.parse_args()
     if not os.path.isdir(args.reference):
         fail(f"no reference data at {args.reference} (give --reference)")
@@ -939,6 +966,9 @@ def main():
         if ref["azure"][gpu]["gemm_dtype"] != dtype:
             fail(f"{AZURE_FILES[gpu]}: expected {dtype} GEMM figures")
     shapes, arch_names = architecture_shapes(args.architectures)
+    sheet = gpus["sheet"]["h100-sxm"]
+    ref["tile_hw"] = (sheet["sms"], sheet["fp8"], ref["azure"]["h100-sxm"]["hbm"]["Copy"], 1, 2)
+    ref["tile_fp8"] = fit_tile_model([(m, n, k, 2.0 * m * n * k / f) for m, n, k, f in ref["deepgemm"]], ref["tile_hw"])
     if args.tile_model:
         print(tile_model_report(ref))
         return 0

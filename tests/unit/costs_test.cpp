@@ -197,6 +197,59 @@ TEST_CASE("attention: projections plus a core quadratic in prefill and linear in
   CHECK(attention_time(p, mla, {{10}, {0}}, 1).time > attention_core_time(p, mla, {{10}, {0}}, 1).time);
 }
 
+TEST_CASE("grouped_gemm_time: a persistent kernel is the GEMM of all rows plus every further group's weights") {
+  Profile p = tiny();
+  GemmTable& table = p.gemm.front();
+  REQUIRE(table.dtype == Dtype::kBf16);
+  const double floor = table.launch_floor;
+  // Launches (the default): each group's GEMM, the floor once.
+  const std::vector<double> rows{16, 0, 256, 1};
+  double sum = 0.0;
+  for (const double m : rows)
+    if (m > 0) sum += gemm_time(p, Dtype::kBf16, m, 4096, 1024) - floor;
+  CHECK(close(grouped_gemm_time(p, Dtype::kBf16, rows, 4096, 1024), sum + floor));
+  // Persistent: 273 rows as one GEMM, and two more weight matrices (4096 x 1024 bf16) from HBM.
+  table.grouped = GroupedGemm::kPersistent;
+  const double weights = 2.0 * 4096 * 1024 / p.device.hbm_bandwidth;
+  CHECK(close(grouped_gemm_time(p, Dtype::kBf16, rows, 4096, 1024), gemm_time(p, Dtype::kBf16, 273, 4096, 1024) + 2.0 * weights));
+  // One group is one GEMM under either rule; no rows cost nothing.
+  CHECK(close(grouped_gemm_time(p, Dtype::kBf16, {300}, 4096, 1024), gemm_time(p, Dtype::kBf16, 300, 4096, 1024)));
+  CHECK(grouped_gemm_time(p, Dtype::kBf16, {0, 0}, 4096, 1024) == 0.0);
+  CHECK_THROWS_AS(grouped_gemm_time(p, Dtype::kBf16, {-1}, 4096, 1024), std::invalid_argument);
+  // The experts' layer follows its table's rule: flops and bytes do not depend on it.
+  const Architecture a = moe_arch();
+  const ExpertWork w = grouped_expert_time(p, a, {16, 256, 0, 1}, 1);
+  CHECK(close(w.time, 2.0 * grouped_gemm_time(p, Dtype::kBf16, rows, 4096, 1024) +
+                          grouped_gemm_time(p, Dtype::kBf16, rows, 1024, 4096)));
+  table.grouped = GroupedGemm::kLaunches;
+  const ExpertWork l = grouped_expert_time(p, a, {16, 256, 0, 1}, 1);
+  CHECK(w.flops == l.flops);
+  CHECK(w.bytes == l.bytes);
+}
+
+TEST_CASE("gemm_shapes: MLA with a query down-projection fuses it with the KV's, as serving engines do") {
+  Architecture a = moe_arch();
+  a.attention = {};
+  a.attention.kind = "mla";
+  a.attention.num_heads = 128;
+  a.attention.q_lora_rank = 1536;
+  a.attention.kv_lora_rank = 512;
+  a.attention.qk_nope_head_dim = 128;
+  a.attention.qk_rope_head_dim = 64;
+  a.attention.v_head_dim = 128;
+  a.hidden_size = 7168;
+  const auto shapes = gemm_shapes(a, 1);
+  auto has = [&](long n, long k) { return std::find(shapes.begin(), shapes.end(), GemmShape{n, k}) != shapes.end(); };
+  CHECK(has(2112, 7168));   // q_a + kv_a + rope: DeepSeek-V3's 2112 x 7168 (DeepGEMM's benchmark shape)
+  CHECK(!has(1536, 7168));  // not run separately
+  CHECK(!has(576, 7168));
+  CHECK(has(128 * 192, 1536));  // q_b
+  a.attention.q_lora_rank = 0;  // no query compression (DeepSeek-V2-Lite): q and kv_a stay apart
+  const auto lite = gemm_shapes(a, 1);
+  CHECK(std::find(lite.begin(), lite.end(), GemmShape{128 * 192, 7168}) != lite.end());
+  CHECK(std::find(lite.begin(), lite.end(), GemmShape{576, 7168}) != lite.end());
+}
+
 TEST_CASE("gemm_shapes: every projection an architecture asks for") {
   Architecture a = moe_arch();
   a.num_shared_experts = 2;

@@ -1,9 +1,10 @@
 // FP8 GEMM times of the h100-sxm profile against DeepGEMM's published H800 measurements
 // (models/reference/deepgemm/README_at_327ec92.md; H800 SXM has the H100's SMs, clocks and HBM3).
-// The 18 dense points are among those the profile's FP8 model was fitted to (tools/build_profiles.py),
-// so their errors are fit residuals; the 10 grouped points (contiguous and masked layouts) were not
-// fitted: the grouped rule (every group's GEMM, one launch floor for the group,
-// models::grouped_expert_time) is checked on them. The tables it prints are docs/validation.md's.
+// The profile's FP8 table is DeepGEMM's persistent-tile kernel (tools/build_profiles.py), fitted to the
+// 18 dense points, so their errors are fit residuals (its held-out errors, each shape or M left out in
+// turn, are printed by `tools/build_profiles.py --tile-model`); the 10 grouped points (contiguous and
+// masked layouts) were not fitted: the table's grouped rule (`grouped: persistent`,
+// models::grouped_gemm_time) is checked on them. The tables it prints are docs/validation.md's.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -62,12 +63,11 @@ struct Errors {
 };
 
 Errors compare(const Profile& p, const std::vector<Row>& rows, const char* title) {
-  const double floor = p.gemm_table(Dtype::kFp8)->launch_floor;
   Errors e;
   std::printf("%s\n%7s %6s %6s %6s %12s %12s %8s\n", title, "groups", "M", "N", "K", "published", "model", "error");
   for (const Row& r : rows) {
-    // Every group's GEMM, one launch floor for the whole group (models::grouped_expert_time's rule).
-    const double t = r.groups * (gemm_time(p, Dtype::kFp8, r.m, r.n, r.k) - floor) + floor;
+    // The profile's grouped rule (the table's `grouped`, models::grouped_gemm_time); one group is one GEMM.
+    const double t = grouped_gemm_time(p, Dtype::kFp8, std::vector<double>(static_cast<std::size_t>(r.groups), r.m), r.n, r.k);
     const double model = r.groups * gemm_flops(r.m, r.n, r.k) / t / 1e12;
     const double err = model / r.tflops - 1.0;
     std::printf("%7.0f %6.0f %6.0f %6.0f %12.0f %12.0f %+7.1f%%\n", r.groups, r.m, r.n, r.k, r.tflops, model, 100 * err);
@@ -96,12 +96,10 @@ TEST_CASE("gemm: h100-sxm FP8 against DeepGEMM's H800 dense (fitted) and grouped
   std::vector<Row> grouped = contiguous;
   grouped.insert(grouped.end(), masked.begin(), masked.end());
   const Errors g = compare(p, grouped, "grouped, contiguous then masked (not fitted)");
-  // The bounds of the validation plan, 10% mean and 20% worst, on what was not fitted. Measured here:
-  // 5.9% / 12.2%.
+  // The bounds of the validation plan, 10% mean and 20% worst. Measured here: grouped (not fitted)
+  // 7.6% / 15.6%; dense (fit residuals) 4.2% / 11.0%.
   CHECK(g.mean() < 0.10);
   CHECK(g.worst < 0.20);
-  // The dense residuals (11.1% / 33.5% here) miss those bounds: one (e, h, t0) serves Azure's
-  // cuBLASLt points and DeepGEMM's at once, and at M = 64 DeepGEMM is up to 2.7x faster than the
-  // baseline it is published against. docs/validation.md says so; this only keeps them printed.
-  CHECK(d.n == 18);
+  CHECK(d.mean() < 0.10);
+  CHECK(d.worst < 0.20);
 }

@@ -69,6 +69,7 @@ const std::vector<BadCase> kBadProfiles = {
      "expected only one of time_s, time_ms, time_us"},
     {"bad_profile_no_time_key", "20:9", "gemm[0].shapes[0]", "expected one of time_s, time_ms, time_us, got none"},
     {"bad_profile_unknown_dtype", "14:12", "gemm[0].dtype", "got \"bf8\" (did you mean \"bf16\"?)"},
+    {"bad_profile_grouped_rule", "17:14", "gemm[0].grouped", "got \"fused\""},
     {"bad_profile_duplicate_dtype", "23:12", "gemm[1].dtype", "expected one GEMM table per dtype, got bf16 again"},
     {"bad_profile_duplicate_shape", "22:9", "gemm[0].shapes[2]", "got n=4096 k=1024 again"},
     {"bad_profile_launch_floor", "16:19", "gemm[0].launch_floor",
@@ -131,6 +132,7 @@ void check_same(const Profile& a, const Profile& b) {
     CHECK(a.gemm[i].dtype == b.gemm[i].dtype);
     CHECK(close(a.gemm[i].peak_flops, b.gemm[i].peak_flops));
     CHECK(close(a.gemm[i].launch_floor, b.gemm[i].launch_floor));
+    CHECK(a.gemm[i].grouped == b.gemm[i].grouped);
     same_source(a.gemm[i].provenance, b.gemm[i].provenance);
     REQUIRE(a.gemm[i].curves.size() == b.gemm[i].curves.size());
     for (std::size_t c = 0; c < a.gemm[i].curves.size(); ++c) {

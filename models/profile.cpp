@@ -474,6 +474,17 @@ LowLatencyKernels parse_low_latency(const YamlNode& node) {
   return k;
 }
 
+NormalKernels parse_normal_kernels(const YamlNode& node) {
+  node.expect_map();
+  node.allow_keys({"dispatch_forward_bandwidth", "dispatch_forward_per_token", "combine_forward_bandwidth", "source"});
+  NormalKernels k;
+  k.dispatch_forward_bandwidth = node.at("dispatch_forward_bandwidth").as_unit(UnitKind::kBandwidth, 1.0);
+  k.dispatch_forward_per_token = node.at("dispatch_forward_per_token").as_unit(UnitKind::kTime, 0.0, 1e-3);
+  k.combine_forward_bandwidth = node.at("combine_forward_bandwidth").as_unit(UnitKind::kBandwidth, 1.0);
+  k.provenance = parse_source(node);
+  return k;
+}
+
 // Required once the base chain is merged: reported at the top of the file that lacks them.
 void check_complete(const Profile& p, const YamlNode& root) {
   const std::string hint = p.base.empty() ? " (or name a base profile that has one)"
@@ -499,13 +510,14 @@ void merge_base(Profile& p, const Profile& base) {
   if (!has_source(p.power.provenance)) p.power = base.power;
   if (!has_source(p.attention.provenance)) p.attention = base.attention;
   if (!has_source(p.low_latency.provenance)) p.low_latency = base.low_latency;
+  if (!has_source(p.normal.provenance)) p.normal = base.normal;
   if (p.description.empty()) p.description = base.description;
 }
 
 Profile parse_sections(const YamlNode& root, const std::string& name) {
   check_config_kind(root, "profile");
   root.allow_keys({"schema_version", "kind", "description", "base", "device", "gemm", "collectives", "links",
-                   "contention", "power", "attention", "low_latency_kernels"});
+                   "contention", "power", "attention", "low_latency_kernels", "normal_kernels"});
   check_config_header(root, "profile");
   Profile p;
   p.name = name;
@@ -542,6 +554,7 @@ Profile parse_sections(const YamlNode& root, const std::string& name) {
   if (auto pw = root.find("power")) p.power = parse_power(*pw);
   if (auto a = root.find("attention")) p.attention = parse_attention_figures(*a);
   if (auto k = root.find("low_latency_kernels")) p.low_latency = parse_low_latency(*k);
+  if (auto k = root.find("normal_kernels")) p.normal = parse_normal_kernels(*k);
   return p;
 }
 
@@ -674,6 +687,7 @@ std::vector<std::string> Profile::source_kinds() const {
   add(power.clock_provenance);
   add(attention.provenance);
   add(low_latency.provenance);
+  add(normal.provenance);
   std::vector<std::string> out;
   for (const char* k : {"measured", "published", "model"})
     if (kinds.count(k)) out.emplace_back(k);
@@ -842,6 +856,11 @@ std::string profile_to_yaml(const Profile& p) {
     y << "low_latency_kernels:\n  dispatch_latency: " << unit_value(p.low_latency.dispatch_latency, "us", 1e-6)
       << "\n  combine_latency: " << unit_value(p.low_latency.combine_latency, "us", 1e-6)
       << "\n  source: " << source_yaml(p.low_latency.provenance) << "\n";
+  if (has_source(p.normal.provenance))
+    y << "normal_kernels:\n  dispatch_forward_bandwidth: " << unit_value(p.normal.dispatch_forward_bandwidth, "GBps", 1e9)
+      << "\n  dispatch_forward_per_token: " << unit_value(p.normal.dispatch_forward_per_token, "ns", 1e-9)
+      << "\n  combine_forward_bandwidth: " << unit_value(p.normal.combine_forward_bandwidth, "GBps", 1e9)
+      << "\n  source: " << source_yaml(p.normal.provenance) << "\n";
   return y.str();
 }
 

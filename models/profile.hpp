@@ -146,6 +146,21 @@ struct LowLatencyKernels {
   Provenance provenance;  // detail empty: the profile has none
 };
 
+// Normal (high-throughput) expert-parallel kernels (DeepEP's normal dispatch and combine, the
+// engine's hierarchical dispatch): the rate at which a GPU forwards tokens between the inter-node and
+// the NVLink hop is bound by the kernel's SMs, not by NVLink. Dispatch forwards a token of b bytes
+// in `dispatch_forward_per_token` + b / `dispatch_forward_bandwidth` s; combine's NVLink hop towards
+// the gateway moves at most `combine_forward_bandwidth` B/s out of each GPU.
+struct NormalKernels {
+  double dispatch_forward_bandwidth = 0.0;  // B/s
+  double dispatch_forward_per_token = 0.0;  // s
+  double combine_forward_bandwidth = 0.0;   // B/s
+  Provenance provenance;                    // detail empty: the profile has none
+  double dispatch_forward_rate(double token_bytes) const {  // B/s for tokens of `token_bytes`
+    return token_bytes / (dispatch_forward_per_token + token_bytes / dispatch_forward_bandwidth);
+  }
+};
+
 struct DeviceContext {
   std::string name;  // "NVIDIA H100 80GB HBM3"
   int sm_count = 0;
@@ -171,13 +186,14 @@ struct Profile {
   PowerModel power;
   AttentionFigures attention;
   LowLatencyKernels low_latency;
+  NormalKernels normal;
   // Which kinds of values this profile's tables are (for reports): e.g. {"published", "model"}.
   std::vector<std::string> source_kinds() const;
   const GemmTable* gemm_table(Dtype dtype) const;  // nullptr if absent
 };
 
 // Sections a profile may lack (then they are absent: provenance detail empty) are links, contention,
-// attention, low_latency_kernels and collectives; device, gemm and power are required once any base is merged in.
+// attention, low_latency_kernels, normal_kernels and collectives; device, gemm and power are required once any base is merged in.
 bool has_source(const Provenance& provenance);  // the section was given (its detail is never empty)
 
 Profile parse_profile(const common::YamlNode& root, const std::string& name);

@@ -188,6 +188,16 @@ def read_deepep(reference):
             "ll_tokens": int(setting.group(1)), "ll_hidden": int(setting.group(2)), "ll_topk": int(setting.group(3))}
 
 
+def read_deepep_forwarding(reference):
+    """DeepEP's normal kernels on 2 x 8 H200 (deepep/forwarding_h200_2node.md): NVLink GB/s by (kernel, token)."""
+    text = read(os.path.join(reference, "deepep", "forwarding_h200_2node.md"))
+    rows = md_rows(text, "# DeepEP normal kernels on two H200 nodes")
+    nvl = {(r[0].strip(), r[1].strip()): float(r[4]) * 1e9 for r in rows if len(r) >= 5 and r[0].strip() in ("dispatch", "combine")}
+    if set(nvl) != {("dispatch", "FP8"), ("dispatch", "BF16"), ("combine", "BF16")}:
+        fail("deepep/forwarding_h200_2node.md: expected dispatch FP8, dispatch BF16 and combine BF16 rows")
+    return nvl
+
+
 def read_zeus_caps(reference):
     """Per GPU, the median over training configurations of (speed, power / limit) at each power limit,
     for the transformer workload (bert_base_uncased); only GPUs whose transformer runs reach about 90%
@@ -934,6 +944,29 @@ def build(gpu, ref, shapes, arch_names, report):
         if gpu != "h100-sxm":
             text += "; this GPU has the same SMs (SM90), so the H800 figure is carried over"
         w("  source: " + source("model", text))
+
+        # Normal kernels: forwarding bound by the kernel's SMs (measured on H200, same SM90 SMs and clocks).
+        fwd = ref["deepep_forwarding"]
+        b_fp8, b_bf16 = hidden + hidden / 128 * 4, 2 * hidden
+        # A token of b bytes takes c + b / B: two sizes, two unknowns.
+        t_fp8, t_bf16 = b_fp8 / fwd[("dispatch", "FP8")], b_bf16 / fwd[("dispatch", "BF16")]
+        bw = (b_bf16 - b_fp8) / (t_bf16 - t_fp8)
+        per_token = t_fp8 - b_fp8 / bw
+        w("normal_kernels:")
+        w(f"  dispatch_forward_bandwidth: {g5(bw / 1e9)}GBps")
+        w(f"  dispatch_forward_per_token: {g5(per_token * 1e9)}ns")
+        w(f"  combine_forward_bandwidth: {g5(fwd[('combine', 'BF16')] / 1e9)}GBps")
+        text = (f"DeepEP's normal kernels on 2 x 8 H200 with one 400 Gb/s CX7 per GPU, EP16, 24 SMs "
+                f"(deepseek-ai/DeepEP issue #493, test_internode.py at a84a248; reference/deepep/forwarding_h200_2node.md): "
+                f"NVLink {g5(fwd[('dispatch', 'FP8')] / 1e9)} GB/s for FP8 dispatch ({g5(b_fp8)} B tokens), "
+                f"{g5(fwd[('dispatch', 'BF16')] / 1e9)} GB/s for BF16 dispatch ({g5(b_bf16)} B), "
+                f"{g5(fwd[('combine', 'BF16')] / 1e9)} GB/s for combine; the H200's NVLink carries 450 GB/s per "
+                f"direction, so these are the kernels' forwarding rates, bound by their SMs; dispatch: a token "
+                f"of b bytes takes per_token + b / bandwidth, solved from the two token sizes; combine: its one "
+                f"measured rate")
+        if gpu != "h200":
+            text += "; this GPU has the same SMs (SM90) and clocks, so the H200 figures are carried over"
+        w("  source: " + source("model", text))
     return "\n".join(out) + "\n"
 
 
@@ -958,6 +991,7 @@ def main():
         "deepgemm": read_deepgemm(args.reference),
         "deepgemm_grouped": read_deepgemm_grouped(args.reference),
         "deepep": read_deepep(args.reference),
+        "deepep_forwarding": read_deepep_forwarding(args.reference),
         "zeus_caps": read_zeus_caps(args.reference),
         "zeus_clock": read_zeus_clock(args.reference),
     }

@@ -95,12 +95,30 @@ GraphBuilder::GraphBuilder(const EngineInput& input, const LayerTable& layers, c
     const int peer = a2a_one_node_ ? (p > 1 ? (g / p) * p + (g % p + 1) % p : g) : (g + p) % cluster_.total_gpus();
     a2a_port_.push_back(peer == g ? RouteFigures{0.0, 1e30} : fabric_.figures(g, peer));
   }
+  // Across nodes, the normal kernels move every NVLink byte through their forwarders: tokens for the
+  // sender's own node too go through its local receive buffer first (DeepEP's internode kernels).
+  if (input.options.dispatch == DispatchMode::kHierarchical && !a2a_one_node_ &&
+      models::has_source(profile_.normal.provenance)) {
+    dispatch_forward_rate_ =
+        profile_.normal.dispatch_forward_rate(static_cast<double>(arch_.hidden_size) * dispatch_bytes_ / input.tp);
+    combine_forward_rate_ = profile_.normal.combine_forward_bandwidth;
+  }
   if (input.placement) router_ = std::make_unique<LayerRouter>(*input.placement, rank_node_, arch_.num_experts, arch_.top_k);
 }
 
 namespace {
 constexpr std::uint32_t kNoTask = std::numeric_limits<std::uint32_t>::max();
 }  // namespace
+
+TransferSizing GraphBuilder::forwarding(TransferSizing sizing, int from, int to, double rate) const {
+  if (!(rate > 0.0)) return sizing;
+  // The route's own rate, slowed to the kernels' forwarding rate: each byte holds the route as long
+  // as forwarding it takes, so a GPU's forwarded transfers together move at most `rate` when they are
+  // alone on its port.
+  const double bandwidth = fabric_.figures(from, to).bandwidth;
+  if (bandwidth > rate) sizing.scale = std::max(sizing.scale, bandwidth / rate);
+  return sizing;
+}
 
 int GraphBuilder::pieces_for(int from, int to, double bytes, int most) const {
   if (most <= 1) return 1;
@@ -324,7 +342,8 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
       if (op_bytes <= 0.0) continue;
       // Low latency: one copy per (token, expert), straight to the expert's GPU.
       const TransferSizing sizing = phase_sizing(src, op_bytes, profile_.low_latency.dispatch_latency);
-      // Forwarding inside the destination node is part of the same kernels: route latency only.
+      // Forwarding inside the destination node is part of the same kernels: route latency only, and
+      // no faster than the kernels' SMs forward (the profile's normal_kernels).
       const TransferSizing forward{sizing.scale, 0.0};
       auto [gate, op] = add_stream_op(g, src, m.attn_done[static_cast<std::size_t>(src)], Category::kDispatch, slot, s);
       m.gateway_arrival.assign(static_cast<std::size_t>(nodes * pieces), 0);
@@ -336,7 +355,8 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
         const int dn = rank_node_[static_cast<std::size_t>(r)];
         const double bytes = static_cast<double>(n) * token_bytes;
         if (!hier || dn == rank_node_[static_cast<std::size_t>(h)]) {
-          const auto x = add_transfer(g, src, dst, bytes, Category::kDispatch, op_bytes, slot, sizing);
+          const auto x = add_transfer(g, src, dst, bytes, Category::kDispatch, op_bytes, slot,
+                                      forwarding(sizing, src, dst, dispatch_forward_rate_));
           g.edge(gate, x);
           g.edge(x, op);
           m.into[static_cast<std::size_t>(dst)].push_back(x);
@@ -361,7 +381,8 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
         std::uint32_t prev = 0;
         for (int i = 0; i < n_pieces; ++i) {
           const auto arrived = m.gateway_arrival[first_piece + static_cast<std::size_t>(i)];
-          const auto f = add_piece(g, gw, dst, bytes / n_pieces, Category::kDispatch, op_bytes, slot, forward, arrived, i == 0);
+          const auto f = add_piece(g, gw, dst, bytes / n_pieces, Category::kDispatch, op_bytes, slot,
+                                   forwarding(forward, gw, dst, dispatch_forward_rate_), arrived, i == 0);
           if (i > 0) g.edge(prev, f);
           prev = f;
         }
@@ -447,7 +468,8 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
         const int home = gpu_of(h, t);
         const double bytes = static_cast<double>(n) * token_bytes;
         if (!hier || sn == rank_node_[static_cast<std::size_t>(h)]) {
-          const auto x = add_transfer(g, src, home, bytes, Category::kCombine, op_bytes, slot, sizing);
+          const auto x = add_transfer(g, src, home, bytes, Category::kCombine, op_bytes, slot,
+                                      forwarding(sizing, src, home, combine_forward_rate_));
           g.edge(gate, x);
           g.edge(x, op);
           m.arrivals[static_cast<std::size_t>(home)].push_back(x);
@@ -465,8 +487,9 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
           continue;
         }
         std::uint32_t prev = gate;
+        const TransferSizing to_gateway = forwarding(sizing, src, gw, combine_forward_rate_);
         for (int i = 0; i < n_pieces; ++i) {
-          prev = add_piece(g, src, gw, bytes / n_pieces, Category::kCombine, op_bytes, slot, sizing, prev, i == 0);
+          prev = add_piece(g, src, gw, bytes / n_pieces, Category::kCombine, op_bytes, slot, to_gateway, prev, i == 0);
           m.at_gateway[first_piece + static_cast<std::size_t>(i)].push_back(prev);
         }
         g.edge(prev, op);

@@ -115,6 +115,9 @@ class GraphBuilder {
   // Pieces (1 .. most) to pipeline `bytes` from `from` to `to` in: as many as keep each piece's
   // transfer time at the route's bandwidth no shorter than its latency.
   int pieces_for(int from, int to, double bytes, int most) const;
+  // `sizing` for a forwarding hop from `from` to `to` (hierarchical dispatch and combine) when the
+  // kernels forward at most `rate` B/s out of a GPU (0: no limit).
+  TransferSizing forwarding(TransferSizing sizing, int from, int to, double rate) const;
   const std::uint16_t* layer_major(const StepBatch& batch, std::size_t layers);
 
   const EngineInput& input_;
@@ -135,6 +138,9 @@ class GraphBuilder {
   // through (NVLink, or the network port when the group spans nodes), for alltoall_sizing.
   bool a2a_one_node_ = true;
   double a2a_floor_ = 0.0;  // the all-to-all's fixed cost (alltoall_floor)
+  // Hierarchical dispatch: the kernels' forwarding rates, B/s (profile normal_kernels; 0: none).
+  double dispatch_forward_rate_ = 0.0;
+  double combine_forward_rate_ = 0.0;
   std::vector<RouteFigures> a2a_port_;
   // How the transfers of a dispatch or combine from `gpu` moving `op_bytes` off the GPU are sized:
   // from the all-to-all curve, or, in low-latency mode, at the links' rates after `ll_latency`.

@@ -70,6 +70,7 @@ const std::vector<BadCase> kBadProfiles = {
     {"bad_profile_no_time_key", "20:9", "gemm[0].shapes[0]", "expected one of time_s, time_ms, time_us, got none"},
     {"bad_profile_unknown_dtype", "14:12", "gemm[0].dtype", "got \"bf8\" (did you mean \"bf16\"?)"},
     {"bad_profile_grouped_rule", "17:14", "gemm[0].grouped", "got \"fused\""},
+    {"bad_profile_forward_unit", "23:31", "normal_kernels.dispatch_forward_bandwidth", "expected a bandwidth with a unit"},
     {"bad_profile_duplicate_dtype", "23:12", "gemm[1].dtype", "expected one GEMM table per dtype, got bf16 again"},
     {"bad_profile_duplicate_shape", "22:9", "gemm[0].shapes[2]", "got n=4096 k=1024 again"},
     {"bad_profile_launch_floor", "16:19", "gemm[0].launch_floor",
@@ -156,6 +157,13 @@ void check_same(const Profile& a, const Profile& b) {
     CHECK(close((a.*link).latency, (b.*link).latency));
     same_source((a.*link).provenance, (b.*link).provenance);
   }
+  CHECK(close(a.low_latency.dispatch_latency, b.low_latency.dispatch_latency));
+  CHECK(close(a.low_latency.combine_latency, b.low_latency.combine_latency));
+  same_source(a.low_latency.provenance, b.low_latency.provenance);
+  CHECK(close(a.normal.dispatch_forward_bandwidth, b.normal.dispatch_forward_bandwidth));
+  CHECK(close(a.normal.dispatch_forward_per_token, b.normal.dispatch_forward_per_token));
+  CHECK(close(a.normal.combine_forward_bandwidth, b.normal.combine_forward_bandwidth));
+  same_source(a.normal.provenance, b.normal.provenance);
   same_source(a.contention.provenance, b.contention.provenance);
   same_source(a.contention.comm_provenance, b.contention.comm_provenance);
   REQUIRE(a.contention.points.size() == b.contention.points.size());

@@ -51,18 +51,20 @@ class FluidNetwork {
 
  private:
   enum class State : std::uint8_t { kFree, kWaiting, kActive };
-  struct Flow {
-    std::uint64_t token = 0;
-    double rem = 0.0;    // bytes left at `since`
-    double since = 0.0;  // s
-    double rate = 0.0;   // B/s
-    double next_rate = 0.0;  // the rate a running solve gives it
-    double queued = kNever;  // the time of its finish entry
-    std::uint32_t version = 0;  // changes whenever a heap entry of this slot goes stale
-    std::uint32_t mark = 0;     // solve stamp: in the current fill (unfrozen) or filled
+  // What a solve reads first (mark, hops, the links, the new rate), then the rest: a flow with up to
+  // eight links is read from one cache line while it is searched and filled.
+  struct alignas(64) Flow {
+    std::uint32_t mark = 0;  // solve stamp: in the current fill (unfrozen) or filled
     std::uint8_t hops = 0;
     State state = State::kFree;
     std::array<std::int32_t, kMaxHops> link{};
+    double next_rate = 0.0;  // the rate a running solve gives it
+    double rate = 0.0;       // B/s
+    double rem = 0.0;        // bytes left at `since`
+    double since = 0.0;      // s
+    double queued = kNever;  // the time of its finish entry
+    std::uint64_t token = 0;
+    std::uint32_t version = 0;  // changes whenever a heap entry of this slot goes stale
     std::array<std::uint32_t, kMaxHops> pos{};  // index in on_link_[link]
   };
   struct Event {

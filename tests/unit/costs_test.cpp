@@ -46,6 +46,22 @@ Architecture moe_arch() {
   return a;
 }
 
+// moe_arch() with MLA attention: `heads` heads, DeepSeek's latent sizes (kv_lora 512, nope 128,
+// rope 64, v 128), a query LoRA of `q_lora` (0: none).
+Architecture mla_arch(int heads, int q_lora) {
+  Architecture a = moe_arch();
+  a.attention = {};
+  a.attention.kind = "mla";
+  a.attention.num_heads = heads;
+  a.attention.num_kv_heads = heads;
+  a.attention.q_lora_rank = q_lora;
+  a.attention.kv_lora_rank = 512;
+  a.attention.qk_nope_head_dim = 128;
+  a.attention.qk_rope_head_dim = 64;
+  a.attention.v_head_dim = 128;
+  return a;
+}
+
 double table_time(long n, long k, std::size_t i) {
   for (const auto& c : tiny().gemm_table(Dtype::kBf16)->curves)
     if (c.n == n && c.k == k) return c.time[i];
@@ -183,15 +199,7 @@ TEST_CASE("attention: projections plus a core quadratic in prefill and linear in
   CHECK_THROWS_AS(attention_time(p, a, {{1, 2}, {0}}, 1), std::invalid_argument);
 
   // MLA: decode attends in the latent space (weights absorbed), prefill with expanded heads.
-  Architecture mla = a;
-  mla.attention = {};
-  mla.attention.kind = "mla";
-  mla.attention.num_heads = 16;
-  mla.attention.num_kv_heads = 16;
-  mla.attention.kv_lora_rank = 512;
-  mla.attention.qk_nope_head_dim = 128;
-  mla.attention.qk_rope_head_dim = 64;
-  mla.attention.v_head_dim = 128;
+  const Architecture mla = mla_arch(16, 0);
   CHECK(attention_core_time(p, mla, {{1}, {999}}, 1).flops == 1000.0 * 16 * (2.0 * (512 + 64) + 2.0 * 512));
   CHECK(attention_core_time(p, mla, {{10}, {0}}, 1).flops == 55.0 * 16 * (2.0 * (128 + 64) + 2.0 * 128));
   CHECK(attention_time(p, mla, {{10}, {0}}, 1).time > attention_core_time(p, mla, {{10}, {0}}, 1).time);
@@ -228,15 +236,7 @@ TEST_CASE("grouped_gemm_time: a persistent kernel is the GEMM of all rows plus e
 }
 
 TEST_CASE("gemm_shapes: MLA with a query down-projection fuses it with the KV's, as serving engines do") {
-  Architecture a = moe_arch();
-  a.attention = {};
-  a.attention.kind = "mla";
-  a.attention.num_heads = 128;
-  a.attention.q_lora_rank = 1536;
-  a.attention.kv_lora_rank = 512;
-  a.attention.qk_nope_head_dim = 128;
-  a.attention.qk_rope_head_dim = 64;
-  a.attention.v_head_dim = 128;
+  Architecture a = mla_arch(128, 1536);
   a.hidden_size = 7168;
   const auto shapes = gemm_shapes(a, 1);
   auto has = [&](long n, long k) { return std::find(shapes.begin(), shapes.end(), GemmShape{n, k}) != shapes.end(); };

@@ -48,7 +48,7 @@ struct GemmTable {
   Provenance provenance;
   double peak_flops = 0.0;  // FLOP/s the table's efficiencies are relative to (datasheet dense peak)
   // s: the fixed cost of one kernel launch, included once in every tabulated time; a grouped GEMM
-  // pays it once per group. No longer than any time in the table.
+  // pays it once for the whole group (either `grouped` rule). No longer than any time in the table.
   double launch_floor = 0.0;
   GroupedGemm grouped = GroupedGemm::kLaunches;
   std::vector<GemmCurve> curves;

@@ -379,10 +379,10 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
           continue;
         }
         std::uint32_t prev = 0;
+        const TransferSizing to_dst = forwarding(forward, gw, dst, dispatch_forward_rate_);
         for (int i = 0; i < n_pieces; ++i) {
           const auto arrived = m.gateway_arrival[first_piece + static_cast<std::size_t>(i)];
-          const auto f = add_piece(g, gw, dst, bytes / n_pieces, Category::kDispatch, op_bytes, slot,
-                                   forwarding(forward, gw, dst, dispatch_forward_rate_), arrived, i == 0);
+          const auto f = add_piece(g, gw, dst, bytes / n_pieces, Category::kDispatch, op_bytes, slot, to_dst, arrived, i == 0);
           if (i > 0) g.edge(prev, f);
           prev = f;
         }

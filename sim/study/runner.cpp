@@ -11,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "traces/cached_reader.hpp"
 #include "sim/engine/engine.hpp"
 #include "sim/study/inputs.hpp"
 #include "sim/study/overlap.hpp"
@@ -51,7 +52,7 @@ std::function<SimResult()> timeline_job(const Scenario& s, const VariantInputs& 
     std::unique_ptr<traces::TraceReader> reader;
     std::unique_ptr<StepSource> source;
     if (needs_trace(s, in.arch)) {
-      reader = traces::open_trace(s.trace);
+      reader = std::make_unique<traces::CachingTraceReader>(traces::open_trace(s.trace));
       source = make_source(s, *reader, in.ep);
     }
     EngineInput ei;

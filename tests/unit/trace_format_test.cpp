@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "tests/support/test_support.hpp"
+#include "traces/cached_reader.hpp"
 #include "traces/format_binary.hpp"
 #include "traces/format_common.hpp"
 #include "traces/memory_trace.hpp"
@@ -465,4 +466,89 @@ TEST_CASE("trace format: the bit-set token check finds every out-of-range and re
       CHECK_MESSAGE(problem->what.find(expect) != std::string::npos, problem->what);
     }
   }
+}
+
+namespace {
+
+// A reader that counts the blocks it reads from its source (the file reads a cache saves).
+class CountingReader final : public TraceReader {
+ public:
+  explicit CountingReader(std::unique_ptr<TraceReader> inner) : inner_(std::move(inner)) {}
+  const TraceMeta& meta() const override { return inner_->meta(); }
+  bool next(TokenBlock& block, std::size_t max_tokens) override {
+    const bool got = inner_->next(block, max_tokens);
+    if (got) ++*reads;
+    return got;
+  }
+  void rewind() override { inner_->rewind(); }
+  std::shared_ptr<int> reads = std::make_shared<int>(0);
+
+ private:
+  std::unique_ptr<TraceReader> inner_;
+};
+
+// Every token read through `reader` in `passes` complete readings, in order.
+MemoryTrace read_passes(TraceReader& reader, int passes, std::size_t max_tokens) {
+  MemoryTrace all;
+  TokenBlock block;
+  for (int p = 0; p < passes; ++p) {
+    while (reader.next(block, max_tokens)) append_tokens(all.tokens, block, 0, block.size(), 8);
+    reader.rewind();
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("trace format: a cached reader serves the same tokens again without reading the file, within its budget") {
+  TempDir dir;
+  MemoryTrace t = random_trace(64, {1, 2, 3, 4}, 2, true, 40, 300, 11);
+  const fs::path p = dir / "t.mtr";
+  save_trace(t, p.string(), Encoding::kBinary, false);
+  MemoryTrace three;
+  for (int i = 0; i < 3; ++i) append_tokens(three.tokens, t.tokens, 0, t.tokens.size(), 8);
+
+  auto counting = std::make_unique<CountingReader>(open_trace(p.string()));
+  const auto reads = counting->reads;
+  CachingTraceReader cached(std::move(counting));
+  const MemoryTrace got = read_passes(cached, 3, 500);
+  CHECK(got.tokens.sequence == three.tokens.sequence);
+  CHECK(got.tokens.position == three.tokens.position);
+  CHECK(got.tokens.experts == three.tokens.experts);
+  CHECK(got.tokens.weights == three.tokens.weights);
+  CHECK(cached.cached());
+  const int one_pass = static_cast<int>((t.tokens.size() + 499) / 500);
+  CHECK(*reads == 2 * one_pass);  // the file was read twice: once alone, once kept
+
+  // Another block size: read from the file again, still the same tokens.
+  const MemoryTrace other = read_passes(cached, 1, 123);
+  CHECK(other.tokens.experts == t.tokens.experts);
+  CHECK(*reads > 2 * one_pass);
+
+  // Over the budget: nothing is kept, every reading goes to the file, the tokens are unchanged.
+  auto counting2 = std::make_unique<CountingReader>(open_trace(p.string()));
+  const auto reads2 = counting2->reads;
+  CachingTraceReader small(std::move(counting2), 1000);
+  const MemoryTrace got2 = read_passes(small, 3, 500);
+  CHECK(got2.tokens.experts == three.tokens.experts);
+  CHECK(got2.tokens.weights == three.tokens.weights);
+  CHECK_FALSE(small.cached());
+  CHECK(*reads2 == 3 * one_pass);
+
+  // Read once: nothing kept. Rewound before the end while keeping: it keeps from the start again.
+  CachingTraceReader once(open_trace(p.string()));
+  read_passes(once, 1, 500);
+  CHECK_FALSE(once.cached());
+  CachingTraceReader early(open_trace(p.string()));
+  TokenBlock block;
+  REQUIRE(early.next(block, 500));
+  early.rewind();
+  REQUIRE(early.next(block, 500));
+  early.rewind();
+  const MemoryTrace got3 = read_passes(early, 3, 500);
+  MemoryTrace two;
+  for (int i = 0; i < 3; ++i) append_tokens(two.tokens, t.tokens, 0, t.tokens.size(), 8);
+  CHECK(got3.tokens.sequence == two.tokens.sequence);
+  CHECK(got3.tokens.experts == two.tokens.experts);
+  CHECK(early.cached());
 }

@@ -8,6 +8,6 @@ bench_study() {
     printf '  architecture: %s\n  cluster: %s\n  trace: %s\n  workload: %s\n' "$3" "$4" "${5:-none}" "$6"
     printf '  placement: {policy: contiguous}\n  overlap: {policy: %s, timelines: requested}\n' "$7"
     if [ -n "${8:-}" ]; then printf '  dispatch: {mode: %s}\n' "$8"; fi
-    if [ -n "${9:-}" ]; then printf '  network: {fidelity: %s}\n' "$9"; fi
+    if [ -n "${9:-}" ]; then printf '  network: {fidelity: %s%s}\n' "$9" "${10:+, tolerance: ${10}}"; fi
   } > "$1"
 }

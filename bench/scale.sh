@@ -5,7 +5,8 @@
 # (default: all). Every trace-driven case runs DeepSeek-V3 (a generated trace) on H200 nodes of 8 GPUs
 # with one 400 Gb/s NIC each on a rail-optimized network (bench/configs/h200-{8,32,128}x8.yaml),
 # EP = GPUs, once per dispatch mode in SCALE_DISPATCH (default "flat hierarchical") and per network
-# fidelity in SCALE_FIDELITIES (default "auto flow"; study key network.fidelity). Prefill: one step
+# fidelity in SCALE_FIDELITIES (default "auto flow"; study key network.fidelity); SCALE_TOLERANCE sets
+# network.tolerance (the fluid network's epochs) on the auto and fluid runs. Prefill: one step
 # of 128 tokens per GPU; decode: 2 steps of 32 sequences per GPU. The synthetic cases are the fixed
 # workload of the side-by-side comparison in docs/simulator.md (58 layers x 10 steps of 300 us
 # compute and an 8 MiB-per-GPU all-to-all on one switch, 450 GB/s and 1 us links).
@@ -31,9 +32,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export MOESIM_JOBS=1
 
-# study NAME ARCH CLUSTER TRACE WORKLOAD DISPATCH FIDELITY
+# study NAME ARCH CLUSTER TRACE WORKLOAD DISPATCH FIDELITY: SCALE_TOLERANCE (network.tolerance) applies
+# to the fluid network's runs (auto, fluid), never to flow's.
 study() {
-  bench_study "$tmp/$1.yaml" "$1" "$2" "$3" "$4" "$5" sequential "$6" "$7"
+  local tol=""
+  [ "$7" = flow ] || tol=${SCALE_TOLERANCE:-}
+  bench_study "$tmp/$1.yaml" "$1" "$2" "$3" "$4" "$5" sequential "$6" "$7" "$tol"
 }
 
 declare -A flow_step

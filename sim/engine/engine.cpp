@@ -108,6 +108,7 @@ SimResult simulate(const EngineInput& in) {
           : Transfers::kSimGrid;
   Platform platform(fabric, latency_factor, in.options.prune_routes, transfers,
                     !in.options.dump_activities.empty());
+  if (platform.fluid()) platform.set_network_tolerance(in.options.network_tolerance);
   std::unique_ptr<ActivityDump> dump;
   if (!in.options.dump_activities.empty()) {
     std::vector<std::string> cfg(args.begin() + 1, args.end());

@@ -107,6 +107,10 @@ struct EngineOptions {
   // kFluid: every transfer in the fluid network; kFlow: every (source, destination) transfer is its
   // own SimGrid flow. SimResult::aggregated_flows and fluid_flows say which ran.
   NetworkFidelity fidelity = NetworkFidelity::kAuto;
+  // The fluid network's tolerance (docs/simulator.md, "Solving in epochs"): 0 solves it at every
+  // change (exact max-min); t > 0 solves it in epochs, within t of the flows' moving times.
+  // SimGrid's flows (kFlow) are always exact.
+  double network_tolerance = 0.0;
   // Leave links that can never limit a transfer out of the SimGrid routes (docs/simulator.md,
   // "Platform"); the results are the same either way (tests compare), with fewer constraints to solve.
   bool prune_routes = true;

@@ -34,6 +34,19 @@ FluidNetwork::FluidNetwork(std::vector<double> capacities, bool incremental)
   fill_.assign(n, 0);
 }
 
+void FluidNetwork::set_tolerance(double tolerance) {
+  if (!(tolerance >= 0.0) || !(tolerance < 1.0))
+    throw std::invalid_argument("fluid network: tolerance " + std::to_string(tolerance) + " (0 <= t < 1)");
+  if (live_ > 0) throw std::logic_error("fluid network: the tolerance is set before the first flow starts");
+  tolerance_ = tolerance;
+}
+
+// A completion, a start or a capacity change: the network is solved again once more of them than
+// `tolerance` x the flows in flight have happened since the last solve.
+void FluidNetwork::count_change() {
+  if (static_cast<double>(++changes_) > tolerance_ * static_cast<double>(live_)) must_solve_ = true;
+}
+
 void FluidNetwork::set_capacity(int link, double capacity, double now) {
   if (link < 0 || static_cast<std::size_t>(link) >= cap_.size() || !(capacity > 0.0) || !std::isfinite(capacity))
     throw std::invalid_argument("fluid network: capacity " + std::to_string(capacity) + " B/s for link " +
@@ -49,6 +62,7 @@ void FluidNetwork::set_capacity(int link, double capacity, double now) {
   // Where it first matters is worked out when the network is next solved, against the capacity
   // it was last solved with (a link can change several times in one instant).
   mark_changed(l);
+  if (tolerance_ > 0.0) count_change();
   cap_[l] = capacity;
 }
 
@@ -126,7 +140,7 @@ double FluidNetwork::next_time() {
   settle_finish();
   double t = finish_.empty() ? kNever : finish_.top().time;
   if (!waiting_.empty()) t = std::min(t, waiting_.top().time);
-  return t;
+  return std::min(t, solve_by_);
 }
 
 // Processes, in time order, every completion and every end of a latency due by `now`, solving
@@ -138,6 +152,7 @@ void FluidNetwork::catch_up(double now) {
     if (!(t <= now * (1.0 + kTimeTolerance))) break;
     if (t > time_) time_ = t;
     const double horizon = time_ * (1.0 + kTimeTolerance);
+    if (solve_by_ <= horizon) must_solve_ = true;
     for (;;) {
       settle_finish();
       if (finish_.empty() || finish_.top().time > horizon) break;
@@ -156,10 +171,19 @@ void FluidNetwork::catch_up(double now) {
 
 void FluidNetwork::complete(std::uint32_t f) {
   Flow& x = flows_[f];
-  lower_restart(x.rate);
+  if (tolerance_ > 0.0) {
+    in_use_ = std::max(0.0, in_use_ - x.rate);
+    if (in_use_ <= 0.0) must_solve_ = true;
+    count_change();
+  } else {
+    lower_restart(x.rate);
+  }
   for (int h = 0; h < x.hops; ++h) {
     const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
-    seed(l);
+    if (tolerance_ > 0.0)
+      epoch_seeds_.push_back(static_cast<std::uint32_t>(l));
+    else
+      seed(l);
     auto& on = on_link_[l];
     const std::uint32_t p = x.pos[static_cast<std::size_t>(h)];
     const std::uint32_t moved = on.back().flow;
@@ -199,6 +223,17 @@ void FluidNetwork::activate(std::uint32_t f) {
     on.push_back(Member{f, kFreshRate});
   }
   fresh_.push_back(f);
+  if (tolerance_ > 0.0) {
+    // Its fair share were it to start now, at most: its most crowded link shared equally.
+    double share = kNever;
+    for (int h = 0; h < x.hops; ++h) {
+      const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
+      share = std::min(share, cap_[l] / static_cast<double>(on_link_[l].size()));
+    }
+    solve_by_ = std::min(solve_by_, time_ + tolerance_ * x.rem / share);
+    if (in_use_ <= 0.0) must_solve_ = true;
+    count_change();
+  }
 }
 
 void FluidNetwork::push_finish(std::uint32_t f) {
@@ -244,6 +279,31 @@ void FluidNetwork::mark_changed(std::size_t link) {
 }
 
 void FluidNetwork::solve_if_needed() {
+  if (tolerance_ > 0.0) {
+    if (!must_solve_) return;
+    // An epoch: every flow connected to a change is filled again, from zero.
+    must_solve_ = false;
+    solve_by_ = kNever;
+    changes_ = 0;
+    for (const std::uint32_t f : fresh_) {
+      const Flow& x = flows_[f];
+      for (int h = 0; h < x.hops; ++h) seed(static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]));
+    }
+    fresh_.clear();
+    for (const std::uint32_t l : changed_links_) {
+      if (!on_link_[l].empty()) seed(l);
+      solved_cap_[l] = cap_[l];
+      changed_flag_[l] = 0;
+    }
+    changed_links_.clear();
+    for (const std::uint32_t l : epoch_seeds_)
+      if (!on_link_[l].empty()) seed(l);
+    epoch_seeds_.clear();
+    restart_ = kNever;
+    if (seeds_.empty()) return;
+    solve(0.0);
+    return;
+  }
   // Each link with new flows or a new capacity: below both the level at which it saturated before
   // (the highest rate on it, when it was full) and the level at which it saturates now (its water
   // level with the other flows' rates and the new flows), no link saturates differently, so no rate
@@ -386,6 +446,7 @@ void FluidNetwork::solve(double level) {
     if (r == x.rate) continue;  // its completion stands
     x.rem = std::max(0.0, x.rem - x.rate * (time_ - x.since));
     x.since = time_;
+    in_use_ += r - x.rate;
     x.rate = r;
     for (int h = 0; h < x.hops; ++h)
       on_link_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])][x.pos[static_cast<std::size_t>(h)]].rate = r;

@@ -29,6 +29,16 @@ class FluidNetwork {
   // change: the reference the incremental solver is tested against.
   explicit FluidNetwork(std::vector<double> capacities, bool incremental = true);
 
+  // Tolerance (docs/simulator.md, "Solving in epochs"), set before the first flow starts: 0 (the
+  // default) solves the network at every change, exactly. t in (0, 1) solves it in epochs: between
+  // solves flows keep their rates, a flow that starts waits, a new capacity applies from the next
+  // solve. The next solve comes once more than t x (the flows in flight) starts, completions and
+  // capacity changes have happened since the last, once a flow that started since has waited t of
+  // its own moving time at its fair share, or at once when nothing moves; it fills again, from
+  // zero, every flow connected to a change.
+  void set_tolerance(double tolerance);
+  double tolerance() const { return tolerance_; }
+
   std::size_t links() const { return cap_.size(); }
   double capacity(int link) const { return cap_[static_cast<std::size_t>(link)]; }
   // From `now` on, `link` carries `capacity` B/s (> 0).
@@ -96,6 +106,14 @@ class FluidNetwork {
   std::vector<char> changed_flag_;
   std::vector<std::uint32_t> fresh_count_, changed_links_;  // links with new flows or capacities
   std::vector<double> rates_;
+  // Epochs (tolerance_ > 0).
+  double tolerance_ = 0.0;
+  double in_use_ = 0.0;       // B/s of the rates of the flows moving now
+  double solve_by_ = kNever;  // a flow started since the last solve has waited long enough then
+  std::size_t changes_ = 0;   // completions, starts and capacity changes since the last solve
+  void count_change();
+  bool must_solve_ = false;
+  std::vector<std::uint32_t> epoch_seeds_;  // links of flows completed since the last solve
   // The flows on each link with their rates (kFreshRate: activated since the last solve), so that
   // a solve reads a link without reading its flows.
   struct Member {

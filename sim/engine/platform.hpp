@@ -57,6 +57,8 @@ class Platform {
   // network it returns null and its end is reported to on_transfer_done's callback, with `data`.
   sg4::CommPtr send(int src, int dst, double bytes, double latency, void* data = nullptr);
   bool fluid() const { return fluid_ != nullptr; }
+  // The fluid network's tolerance (FluidNetwork::set_tolerance).
+  void set_network_tolerance(double tolerance) { fluid_->set_tolerance(tolerance); }
   // Fluid transfers: called with a transfer's `data` as it completes (SimGrid's own transfers
   // report through Activity::on_completion). It may start transfers and change slowdowns.
   void on_transfer_done(std::function<void(void*)> callback) { done_callback_ = std::move(callback); }

@@ -162,6 +162,7 @@ void read_inputs(const VariantReader& r, const nlohmann::json& in, VariantResult
   s.dispatch = r.enum_value(in, "dispatch", ip, kDispatchModes);
   // Results written before network.fidelity existed ran with what is now "auto".
   if (in.contains("network_fidelity")) s.fidelity = r.enum_value(in, "network_fidelity", ip, kNetworkFidelities);
+  if (in.contains("network_tolerance")) s.network_tolerance = r.number(in, "network_tolerance", ip);
   const double cap = r.number(in, "power_cap_W", ip);
   s.power_cap = std::isnan(cap) ? 0.0 : cap;
   s.workload.steps = r.integer(in, "steps", ip);
@@ -237,6 +238,7 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
         {"chunks", sc.overlap.chunks},
         {"dispatch", dispatch_mode_name(sc.dispatch)},
         {"network_fidelity", network_fidelity_name(sc.fidelity)},
+        {"network_tolerance", sc.network_tolerance},
         {"power_cap_W", sc.power_cap > 0 ? nlohmann::json(sc.power_cap) : nlohmann::json(nullptr)},
         {"steps", sc.workload.steps},
         {"hashes", v.inputs}}},

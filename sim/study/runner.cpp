@@ -40,6 +40,7 @@ EngineOptions engine_options(const Scenario& s, const TimelinePlan& plan) {
   o.timeline_steps = kTimelineSteps;
   o.simgrid_cfg = s.simgrid_cfg;
   o.fidelity = s.fidelity;
+  o.network_tolerance = s.network_tolerance;
   o.label = plan.label;
   return o;
 }

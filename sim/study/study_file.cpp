@@ -65,6 +65,7 @@ const std::vector<std::string>& scenario_leaves() {
                                                "dispatch.sms",
                                                "dispatch.pieces",
                                                "network.fidelity",
+                                               "network.tolerance",
                                                "power_cap",
                                                "clock_limit",
                                                "seed",
@@ -324,8 +325,9 @@ void parse_dispatch(const YamlNode& d, Scenario& s) {
 
 void parse_network(const YamlNode& n, Scenario& s) {
   n.expect_map();
-  n.allow_keys({"fidelity"});
+  n.allow_keys({"fidelity", "tolerance"});
   if (auto f = n.find("fidelity")) s.fidelity = f->as_enum<NetworkFidelity>(kNetworkFidelities);
+  if (auto t = n.find("tolerance")) s.network_tolerance = t->as_double(0.0, 0.5);
 }
 
 // A power cap or an SM clock limit: a value with its unit between `low` and `high`, or none (0).
@@ -679,7 +681,9 @@ std::string scenario_to_yaml(const Scenario& s) {
   y << "dispatch: {mode: " << dispatch_mode_name(s.dispatch)
     << ", sms: " << (s.dispatch_sms < 0 ? std::string("default") : std::to_string(s.dispatch_sms))
     << ", pieces: " << s.dispatch_pieces << "}\n";
-  y << "network: {fidelity: " << network_fidelity_name(s.fidelity) << "}\n";
+  // The tolerance only when set: scenarios written before it existed keep their form (and hashes).
+  y << "network: {fidelity: " << network_fidelity_name(s.fidelity)
+    << (s.network_tolerance > 0 ? ", tolerance: " + exact(s.network_tolerance) : std::string()) << "}\n";
   y << "power_cap: " << (s.power_cap > 0 ? exact(s.power_cap) + "W" : "none") << "\n";
   y << "clock_limit: " << (s.clock_limit > 0 ? exact(s.clock_limit) + "Hz" : "none") << "\n";
   y << "seed: " << s.seed << "\nsimgrid: [";

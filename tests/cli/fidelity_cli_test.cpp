@@ -104,3 +104,42 @@ TEST_CASE("network.fidelity: an unknown value or key is refused with the file's 
   CHECK(t.err.find("t.yaml:11") != std::string::npos);
   CHECK(t.err.find("fidelity") != std::string::npos);
 }
+
+TEST_CASE("network.tolerance: epochs of the fluid network keep a traced decode on two nodes within 2% of flow") {
+  // DeepSeek-V2-Lite's shipped trace on 2 x 8 H200, flat dispatch, decode of 256 sequences: every
+  // all-to-all is a few hundred flows of different sizes. The tolerance is recorded with the result.
+  TempDir tmp;
+  const std::string trace = (moesim::testing::source_dir() / "traces/data/deepseek-v2-lite-intent.mtr").string();
+  const std::string yaml =
+      "schema_version: 1\nkind: study\nname: tolerance\nbase:\n"
+      "  architecture: deepseek-v2-lite\n  cluster: h200-2x8-800g\n  trace: " + trace + "\n"
+      "  workload: {mode: decode, batch_sequences: 256, steps: 2}\n"
+      "  placement: {policy: contiguous}\n  overlap: {policy: sequential, timelines: requested}\n"
+      "variants:\n"
+      "  - {name: flow, set: {network.fidelity: flow}}\n"
+      "  - {name: exact, set: {network.fidelity: fluid}}\n"
+      "  - {name: epochs, set: {network.fidelity: fluid, network.tolerance: 0.05}}\n";
+  const auto doc = run_study(tmp, yaml);
+  const auto& flow = variant(doc, "flow");
+  const auto& exact = variant(doc, "exact");
+  const auto& epochs = variant(doc, "epochs");
+  CHECK(epochs.at("inputs").at("network_tolerance").get<double>() == 0.05);
+  CHECK(exact.at("inputs").at("network_tolerance").get<double>() == 0.0);
+  CHECK(epochs.at("network_fidelity_ran") == "fluid");
+  const double tf = flow.at("step_latency_s").at("mean").get<double>();
+  const double te = exact.at("step_latency_s").at("mean").get<double>();
+  const double tt = epochs.at("step_latency_s").at("mean").get<double>();
+  CHECK(te == doctest::Approx(tf).epsilon(2e-2));
+  CHECK(tt == doctest::Approx(tf).epsilon(2e-2));
+  CHECK(tt != te);  // it did solve in epochs
+}
+
+TEST_CASE("network.tolerance: a value outside [0, 0.5] is refused with the file's line") {
+  TempDir tmp;
+  write_text(tmp / "s.yaml", synthetic_study("h100-sxm-8gpu", "") + "  network: {fidelity: fluid, tolerance: 0.7}\n");
+  const auto r = run_moesim({"run", (tmp / "s.yaml").string(), "-o", (tmp / "out").string(), "-q"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("s.yaml:11") != std::string::npos);
+  CHECK(r.err.find("tolerance") != std::string::npos);
+  CHECK(!fs::exists(tmp / "out" / "results.json"));
+}

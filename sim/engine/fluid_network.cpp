@@ -180,10 +180,7 @@ void FluidNetwork::complete(std::uint32_t f) {
   }
   for (int h = 0; h < x.hops; ++h) {
     const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
-    if (tolerance_ > 0.0)
-      epoch_seeds_.push_back(static_cast<std::uint32_t>(l));
-    else
-      seed(l);
+    seed(l);  // (in epochs, kept until the next solve)
     auto& on = on_link_[l];
     const std::uint32_t p = x.pos[static_cast<std::size_t>(h)];
     const std::uint32_t moved = on.back().flow;
@@ -296,9 +293,6 @@ void FluidNetwork::solve_if_needed() {
       changed_flag_[l] = 0;
     }
     changed_links_.clear();
-    for (const std::uint32_t l : epoch_seeds_)
-      if (!on_link_[l].empty()) seed(l);
-    epoch_seeds_.clear();
     restart_ = kNever;
     if (seeds_.empty()) return;
     solve(0.0);

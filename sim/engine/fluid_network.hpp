@@ -113,7 +113,6 @@ class FluidNetwork {
   std::size_t changes_ = 0;   // completions, starts and capacity changes since the last solve
   void count_change();
   bool must_solve_ = false;
-  std::vector<std::uint32_t> epoch_seeds_;  // links of flows completed since the last solve
   // The flows on each link with their rates (kFreshRate: activated since the last solve), so that
   // a solve reads a link without reading its flows.
   struct Member {

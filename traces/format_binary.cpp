@@ -268,7 +268,7 @@ class BinaryReader final : public TraceReader {
       fail_at(at, block_name() + ": payload of " + std::to_string(payload_len) + " bytes runs past the trailer");
     try {
       read_payload(n, at, stored, end);
-      widen_and_check(n, at);
+      widen_and_check(n, at, stored);
     } catch (...) {
       current_.clear();  // a block that failed a check is never handed out
       throw;
@@ -312,12 +312,22 @@ class BinaryReader final : public TraceReader {
                       hex32(computed) + "): the block is corrupt");
   }
 
-  void widen_and_check(std::uint32_t n, std::uint64_t at) {
+  // After a whole reading whose every block passed the token checks and whose trailer agreed, a
+  // block read again with the same CRC as then holds the bytes that were checked: its tokens are not
+  // checked again (a decode batch larger than its trace reads it many times). A block whose CRC
+  // differs from the first reading's means the file changed under the run.
+  void widen_and_check(std::uint32_t n, std::uint64_t at, std::uint32_t stored) {
     if (!wide_) {
       const unsigned char* p = narrow_.data();
       std::uint16_t* out = current_.experts.data();
       const std::size_t ids = static_cast<std::size_t>(n) * per_;
       for (std::size_t i = 0; i < ids; ++i) out[i] = p[i];
+    }
+    if (verified_) {
+      if (block_index_ < checked_crc_.size() && checked_crc_[block_index_] == stored) return;
+      fail_at(at, block_name() + ": differs from the first reading of the file (CRC-32 " + hex32(stored) +
+                      ", was " + hex32(block_index_ < checked_crc_.size() ? checked_crc_[block_index_] : 0) +
+                      "): the trace changed while it was being read; run again on a file nothing writes to");
     }
     if (auto problem = checker_->check_block(current_)) {
       const std::size_t t = problem->token;
@@ -325,16 +335,18 @@ class BinaryReader final : public TraceReader {
                       describe_token(tokens_read_ + t, current_.sequence[t], current_.position[t]) + ": " +
                       problem->what);
     }
+    if (block_index_ == checked_crc_.size()) checked_crc_.push_back(stored);
   }
 
   void finish_checks() {
     if (block_index_ != trailer_blocks_ || tokens_read_ != trailer_tokens_ ||
-        checker_->sequences() != trailer_sequences_ || chain_crc_ != trailer_chain_)
+        (!verified_ && checker_->sequences() != trailer_sequences_) || chain_crc_ != trailer_chain_)
       fail_at(blocks_end_, "the trailer (" + std::to_string(trailer_blocks_) + " blocks, " +
                                std::to_string(trailer_tokens_) + " tokens, " + std::to_string(trailer_sequences_) +
                                " sequences) disagrees with the blocks read (" + std::to_string(block_index_) +
                                " blocks, " + std::to_string(tokens_read_) + " tokens, " +
                                std::to_string(checker_->sequences()) + " sequences): blocks are missing or corrupt");
+    verified_ = checked_crc_.size() == trailer_blocks_;
   }
 
   void slice(TokenBlock& block, std::size_t count) {
@@ -367,6 +379,9 @@ class BinaryReader final : public TraceReader {
   std::uint32_t block_index_ = 0;
   std::uint64_t tokens_read_ = 0;
   std::uint32_t chain_crc_ = 0;
+  // The CRC of each block whose tokens passed the checks, by index (filled by the first reading).
+  std::vector<std::uint32_t> checked_crc_;
+  bool verified_ = false;  // a whole reading passed every check
   std::vector<unsigned char> narrow_;  // one byte per expert id, before widening
   static constexpr std::uint64_t kNoAhead = ~std::uint64_t{0};
   std::array<unsigned char, kBlockHeaderBytes> ahead_{};

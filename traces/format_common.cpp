@@ -180,16 +180,18 @@ std::optional<TokenChecker::BlockProblem> TokenChecker::check_block(const TokenB
     return size_problem("weights", block.weights.size(), has_weights_ ? n * per : 0);
   const std::size_t k = static_cast<std::size_t>(shape_.top_k);
   const std::size_t layers = shape_.layers.size();
-  // Up to 64 experts without gate weights: one bit set per (token, layer) finds an id out of range
-  // or repeated; only a token that fails is checked again, slowly, for the message.
-  const bool fast = !has_weights_ && shape_.num_experts <= 64;
+  // A token is judged after all its layers, with no branch per id; only a token that fails is
+  // checked again, slowly, for the message. Up to 64 experts, one bit per expert and (token,
+  // layer): a bit already set is a repeat, a bit outside the range an id too large, an id of 64 or
+  // more sets none. More experts: per expert, the (token, layer) that last saw it (a stamp); an id
+  // out of range is counted and looked up as expert 0.
+  const bool bits = shape_.num_experts <= 64;
   const std::uint64_t in_range = shape_.num_experts >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << shape_.num_experts) - 1;
+  const auto experts = static_cast<std::uint32_t>(shape_.num_experts);
   for (std::size_t t = 0; t < n; ++t) {
-    if (fast) {
-      // Per layer, an id's bit already set is a repeat, a bit outside the range an id too large,
-      // and an id of 64 or more sets no bit. No branch per id: a token is judged after its layers.
-      std::uint64_t bad = 0;
-      const std::uint16_t* ids = block.experts.data() + t * per;
+    std::uint64_t bad = 0;
+    const std::uint16_t* ids = block.experts.data() + t * per;
+    if (bits) {
       for (std::size_t l = 0; l < layers; ++l, ids += k) {
         std::uint64_t seen = 0;
         for (std::size_t j = 0; j < k; ++j) {
@@ -199,11 +201,30 @@ std::optional<TokenChecker::BlockProblem> TokenChecker::check_block(const TokenB
         }
         bad |= seen & ~in_range;
       }
-      if (bad == 0) {
-        std::string p = order_problem(block.sequence[t], block.position[t]);
-        if (!p.empty()) return BlockProblem{t, p};
-        continue;
+    } else {
+      if (generation_ > 0xffffffffU - static_cast<std::uint32_t>(layers) - 1) {
+        std::fill(stamp_.begin(), stamp_.end(), 0);
+        generation_ = 0;
       }
+      for (std::size_t l = 0; l < layers; ++l, ids += k) {
+        const std::uint32_t g = ++generation_;
+        for (std::size_t j = 0; j < k; ++j) {
+          const std::uint32_t e = ids[j];
+          const bool out = e >= experts;
+          const std::uint32_t at = out ? 0 : e;
+          bad |= static_cast<std::uint64_t>(out) | static_cast<std::uint64_t>(stamp_[at] == g);
+          stamp_[at] = g;
+        }
+      }
+    }
+    if (has_weights_) {
+      const float* w = block.weights.data() + t * per;
+      for (std::size_t i = 0; i < per; ++i) bad |= static_cast<std::uint64_t>(!std::isfinite(w[i]));
+    }
+    if (bad == 0) {
+      std::string p = order_problem(block.sequence[t], block.position[t]);
+      if (!p.empty()) return BlockProblem{t, p};
+      continue;
     }
     for (std::size_t l = 0; l < layers; ++l) {
       const std::size_t off = t * per + l * k;

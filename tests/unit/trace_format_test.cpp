@@ -1,5 +1,6 @@
 // The trace encodings: round trips (binary, text, memory), streaming in slices, rewind, validation in
 // writers and readers, corruption and truncation detection, atomic output.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -413,57 +414,79 @@ TEST_CASE("trace format: open_trace detects the encoding from the first bytes, n
 // Without gate weights and with up to 64 experts the checker judges a token by bit sets: it must find
 // exactly what the per-layer check finds, with its message, at 16 and at 64 experts (the whole 64-bit
 // range), wherever in the token the bad id sits.
-TEST_CASE("trace format: the bit-set token check finds every out-of-range and repeated id") {
-  for (int experts : {16, 64}) {
-    CAPTURE(experts);
-    TraceShape shape;
-    shape.layers = {1, 2, 5};
-    shape.num_experts = experts;
-    shape.top_k = 4;
-    const std::size_t per = 3 * 4;
-    // 8 tokens in 2 sequences; every layer holds 4 distinct ids in range, spread over the range.
-    TokenBlock good;
-    for (std::uint32_t t = 0; t < 8; ++t) {
-      good.sequence.push_back(t / 4);
-      good.position.push_back(t % 4);
-      for (std::size_t i = 0; i < per; ++i) {
-        const std::size_t group = t * 3 + i / 4, j = i % 4;
-        good.experts.push_back(static_cast<std::uint16_t>((group * 3 + j * static_cast<std::size_t>(experts) / 4) % static_cast<std::size_t>(experts)));
+TEST_CASE("trace format: the fast token check finds every out-of-range and repeated id and bad weight, at any expert count") {
+  // Up to 64 experts a bit set per layer, beyond that a stamp per expert: both with and without
+  // gate weights, each spoiled token found with the same message as the slow check's.
+  for (int experts : {16, 64, 65, 256, 1000}) {
+    for (bool weights : {false, true}) {
+      CAPTURE(experts);
+      CAPTURE(weights);
+      TraceShape shape;
+      shape.layers = {1, 2, 5};
+      shape.num_experts = experts;
+      shape.top_k = 4;
+      const std::size_t per = 3 * 4;
+      // 8 tokens in 2 sequences; every layer holds 4 distinct ids in range, spread over the range.
+      TokenBlock good;
+      for (std::uint32_t t = 0; t < 8; ++t) {
+        good.sequence.push_back(t / 4);
+        good.position.push_back(t % 4);
+        for (std::size_t i = 0; i < per; ++i) {
+          const std::size_t group = t * 3 + i / 4, j = i % 4;
+          good.experts.push_back(static_cast<std::uint16_t>((group * 3 + j * static_cast<std::size_t>(experts) / 4) % static_cast<std::size_t>(experts)));
+          if (weights) good.weights.push_back(0.25f);
+        }
       }
-    }
-    good.experts[per * 5 + 7] = static_cast<std::uint16_t>(experts - 1);
-    {
-      TokenChecker checker(shape, false);
-      CHECK_FALSE(checker.check_block(good));
-      CHECK(checker.tokens() == 8);
-    }
-    struct Spoil {
-      std::size_t token, index;  // which id of which token
-      std::uint16_t id;
-      std::string expect;  // empty: the id becomes a repeat of the one before it in its layer
-    };
-    const std::vector<Spoil> spoils = {
-        {0, 0, static_cast<std::uint16_t>(experts), "layer 1: expert id " + std::to_string(experts) + " is out of range"},
-        {3, 11, 64, "layer 5: expert id 64 is out of range"},
-        {2, 4, 1000, "layer 2: expert id 1000 is out of range"},
-        {6, 5, 0, ""},
-        {7, 11, 0, ""},  // the very last id of the block
-    };
-    for (const auto& s : spoils) {
-      TokenBlock b = good;
-      std::string expect = s.expect;
-      const std::size_t at = s.token * per + s.index;
-      if (s.expect.empty()) {
-        b.experts[at] = b.experts[at - 1];
-        expect = "layer " + std::to_string(shape.layers[s.index / 4]) + ": expert " + std::to_string(b.experts[at]) + " appears twice";
-      } else {
-        b.experts[at] = s.id;
+      // The highest id once, in the first layer (from token 5 on) where it is not there already.
+      for (std::size_t g = 5 * 3, done = 0; g < 8 * 3 && done == 0; ++g) {
+        auto* ids = good.experts.data() + g * 4;
+        if (std::find(ids, ids + 4, experts - 1) == ids + 4) {
+          ids[3] = static_cast<std::uint16_t>(experts - 1);
+          done = 1;
+        }
       }
-      TokenChecker checker(shape, false);
-      const auto problem = checker.check_block(b);
-      REQUIRE(problem);
-      CHECK(problem->token == s.token);
-      CHECK_MESSAGE(problem->what.find(expect) != std::string::npos, problem->what);
+      {
+        TokenChecker checker(shape, weights);
+        CHECK_FALSE(checker.check_block(good));
+        CHECK(checker.tokens() == 8);
+        // The same block again (the stamps of the first reading are no repeats in the second).
+        TokenBlock again = good;
+        for (auto& q : again.sequence) q += 2;
+        CHECK_FALSE(checker.check_block(again));
+        CHECK(checker.tokens() == 16);
+      }
+      struct Spoil {
+        std::size_t token, index;  // which id of which token
+        std::uint16_t id;
+        std::string expect;  // empty: the id becomes a repeat of the one before it in its layer
+      };
+      const auto top = static_cast<std::uint16_t>(std::max(64, experts));
+      std::vector<Spoil> spoils = {
+          {0, 0, static_cast<std::uint16_t>(experts), "layer 1: expert id " + std::to_string(experts) + " is out of range"},
+          {3, 11, top, "layer 5: expert id " + std::to_string(top) + " is out of range"},
+          {2, 4, 65535, "layer 2: expert id 65535 is out of range"},
+          {6, 5, 0, ""},
+          {7, 11, 0, ""},  // the very last id of the block
+      };
+      if (weights) spoils.push_back({4, 9, 0, "layer 5: gate weight nan is not finite"});
+      for (const auto& s : spoils) {
+        TokenBlock b = good;
+        std::string expect = s.expect;
+        const std::size_t at = s.token * per + s.index;
+        if (s.expect.empty()) {
+          b.experts[at] = b.experts[at - 1];
+          expect = "layer " + std::to_string(shape.layers[s.index / 4]) + ": expert " + std::to_string(b.experts[at]) + " appears twice";
+        } else if (s.expect.find("weight") != std::string::npos) {
+          b.weights[at] = std::numeric_limits<float>::quiet_NaN();
+        } else {
+          b.experts[at] = s.id;
+        }
+        TokenChecker checker(shape, weights);
+        const auto problem = checker.check_block(b);
+        REQUIRE(problem);
+        CHECK(problem->token == s.token);
+        CHECK_MESSAGE(problem->what.find(expect) != std::string::npos, problem->what);
+      }
     }
   }
 }
@@ -551,4 +574,38 @@ TEST_CASE("trace format: a cached reader serves the same tokens again without re
   CHECK(got3.tokens.sequence == two.tokens.sequence);
   CHECK(got3.tokens.experts == two.tokens.experts);
   CHECK(early.cached());
+}
+
+TEST_CASE("trace format: a binary trace read again is not checked again, unless the file changed under it") {
+  TempDir dir;
+  MemoryTrace t = random_trace(300, {1, 2}, 4, false, 400, 900, 21);
+  MemoryTrace other = t;  // the same blocks, other experts: every id one higher
+  for (auto& e : other.tokens.experts) e = static_cast<std::uint16_t>((e + 1) % 300);
+  const fs::path p = dir / "t.mtr";
+  const fs::path q = dir / "other.mtr";
+  save_trace(t, p.string(), Encoding::kBinary, false);
+  save_trace(other, q.string(), Encoding::kBinary, false);
+  auto reader = open_trace(p.string());
+  // Three whole readings give the same tokens (the later ones skip the token checks).
+  MemoryTrace three = read_passes(*reader, 3, 1u << 20);
+  REQUIRE(three.tokens.size() == 3 * t.tokens.size());
+  bool same = true;
+  for (std::size_t i = 0; i < three.tokens.size() && same; ++i)
+    same = three.tokens.sequence[i] == t.tokens.sequence[i % t.tokens.size()];
+  for (std::size_t i = 0; i < three.tokens.experts.size() && same; ++i)
+    same = three.tokens.experts[i] == t.tokens.experts[i % t.tokens.experts.size()];
+  CHECK(same);
+  // The file rewritten in place with other tokens of the same shape: the next reading says so.
+  {
+    std::ofstream out(p, std::ios::binary | std::ios::in | std::ios::out);
+    const std::string bytes = read_bytes(q);
+    out.write(bytes.data(), static_cast<std::streamsize>(std::min(bytes.size(), fs::file_size(p))));
+  }
+  TokenBlock block;
+  const std::string msg = error_of([&] {
+    while (reader->next(block, 1u << 20)) {
+    }
+  });
+  CHECK_MESSAGE(msg.find("differs from the first reading") != std::string::npos, msg);
+  CHECK(msg.find(p.string()) != std::string::npos);
 }

@@ -108,7 +108,11 @@ SimResult simulate(const EngineInput& in) {
           : Transfers::kSimGrid;
   Platform platform(fabric, latency_factor, in.options.prune_routes, transfers,
                     !in.options.dump_activities.empty());
-  if (platform.fluid()) platform.set_network_tolerance(in.options.network_tolerance);
+  const double tolerance = !platform.fluid() ? 0.0
+                           : in.options.network_tolerance == kAutoTolerance
+                               ? auto_network_tolerance(in.options.dispatch, in.ep * in.tp)
+                               : in.options.network_tolerance;
+  if (platform.fluid()) platform.set_network_tolerance(tolerance);
   std::unique_ptr<ActivityDump> dump;
   if (!in.options.dump_activities.empty()) {
     std::vector<std::string> cfg(args.begin() + 1, args.end());
@@ -128,8 +132,14 @@ SimResult simulate(const EngineInput& in) {
   executor.start();
   engine.run();
   SimResult result = executor.finish(measured_steps);
+  result.network_tolerance = tolerance;
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return result;
+}
+
+double auto_network_tolerance(DispatchMode dispatch, int ep_ranks) {
+  const bool one_part = dispatch == DispatchMode::kFlat || dispatch == DispatchMode::kLowLatency;
+  return one_part && ep_ranks >= kAutoEpochRanks ? kAutoEpochTolerance : 0.0;
 }
 
 }  // namespace moesim::sim

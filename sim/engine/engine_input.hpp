@@ -108,8 +108,9 @@ struct EngineOptions {
   // own SimGrid flow. SimResult::aggregated_flows and fluid_flows say which ran.
   NetworkFidelity fidelity = NetworkFidelity::kAuto;
   // The fluid network's tolerance (docs/simulator.md, "Solving in epochs"): 0 solves it at every
-  // change (exact max-min); t > 0 solves it in epochs, within t of the flows' moving times.
-  // SimGrid's flows (kFlow) are always exact.
+  // change (exact max-min); t > 0 solves it in epochs, within t of the flows' moving times;
+  // kAutoTolerance lets the engine choose (auto_network_tolerance). SimGrid's flows (kFlow) are
+  // always exact. SimResult::network_tolerance says what ran.
   double network_tolerance = 0.0;
   // Leave links that can never limit a transfer out of the SimGrid routes (docs/simulator.md,
   // "Platform"); the results are the same either way (tests compare), with fewer constraints to solve.
@@ -119,6 +120,16 @@ struct EngineOptions {
   // graphs are the same either way; false builds each step in the engine's thread when it starts.
   bool build_ahead = true;
 };
+
+// network.tolerance: auto.
+inline constexpr double kAutoTolerance = -1.0;
+// What auto runs with (docs/simulator.md, "Solving in epochs"): epochs of kAutoEpochTolerance where
+// an all-to-all is one connected set of flows over 64 or more GPUs (flat or low-latency dispatch
+// over an EP group of 64 or more: thousands of flows, each completion moving most of them), exact
+// max-min everywhere else (hierarchical phases and smaller groups gain nothing from epochs).
+inline constexpr double kAutoEpochTolerance = 0.02;
+inline constexpr int kAutoEpochRanks = 64;
+double auto_network_tolerance(DispatchMode dispatch, int ep_ranks);
 
 struct EngineInput {
   const models::Architecture* arch = nullptr;

@@ -68,6 +68,8 @@ struct SimResult {
   std::uint64_t aggregated_flows = 0;
   // Transfers moved by the engine's fluid network (network fidelity "auto"); 0: by SimGrid's flows.
   std::uint64_t fluid_flows = 0;
+  // The fluid network's tolerance as it ran (network.tolerance, auto resolved); 0 exact or unused.
+  double network_tolerance = 0.0;
   bool trace_repeated = false;
   double wall_seconds = 0.0;
   std::vector<TimelineEvent> timeline;  // the first timeline_steps measured steps

@@ -49,6 +49,12 @@ std::string network_fidelity_ran(const std::vector<SimResult>& timelines) {
   return "flow";
 }
 
+double network_tolerance_ran(const std::vector<SimResult>& timelines) {
+  double t = 0.0;
+  for (const auto& r : timelines) t = std::max(t, r.network_tolerance);
+  return t;
+}
+
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 nlohmann::json jnum(double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); }
@@ -162,7 +168,13 @@ void read_inputs(const VariantReader& r, const nlohmann::json& in, VariantResult
   s.dispatch = r.enum_value(in, "dispatch", ip, kDispatchModes);
   // Results written before network.fidelity existed ran with what is now "auto".
   if (in.contains("network_fidelity")) s.fidelity = r.enum_value(in, "network_fidelity", ip, kNetworkFidelities);
-  if (in.contains("network_tolerance")) s.network_tolerance = r.number(in, "network_tolerance", ip);
+  // "auto", or the number asked for; results written before the key existed ran exact (0).
+  if (!in.contains("network_tolerance"))
+    s.network_tolerance = 0.0;
+  else if (in.at("network_tolerance").is_string() && in.at("network_tolerance").get<std::string>() == "auto")
+    s.network_tolerance = kAutoTolerance;
+  else
+    s.network_tolerance = r.number(in, "network_tolerance", ip);
   const double cap = r.number(in, "power_cap_W", ip);
   s.power_cap = std::isnan(cap) ? 0.0 : cap;
   s.workload.steps = r.integer(in, "steps", ip);
@@ -238,7 +250,8 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
         {"chunks", sc.overlap.chunks},
         {"dispatch", dispatch_mode_name(sc.dispatch)},
         {"network_fidelity", network_fidelity_name(sc.fidelity)},
-        {"network_tolerance", sc.network_tolerance},
+        {"network_tolerance", sc.network_tolerance == kAutoTolerance ? nlohmann::json("auto")
+                                                                      : nlohmann::json(sc.network_tolerance)},
         {"power_cap_W", sc.power_cap > 0 ? nlohmann::json(sc.power_cap) : nlohmann::json(nullptr)},
         {"steps", sc.workload.steps},
         {"hashes", v.inputs}}},
@@ -250,6 +263,9 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
       // transfers (the aggregated uniform all-to-all), else "fluid" where the engine's fluid network
       // moved the transfers, else "flow" (one SimGrid flow per transfer).
       {"network_fidelity_ran", network_fidelity_ran(v.timelines)},
+      // The fluid network's tolerance as it ran (auto resolved; the largest of the timelines'): 0
+      // exact max-min or SimGrid's flows, t > 0 epochs (docs/simulator.md, "Solving in epochs").
+      {"network_tolerance_ran", network_tolerance_ran(v.timelines)},
   };
   for (const auto& c : kMetricColumns) {
     if (c.json_path.empty()) continue;

@@ -1,6 +1,7 @@
 #include "sim/study/study_file.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -327,7 +328,18 @@ void parse_network(const YamlNode& n, Scenario& s) {
   n.expect_map();
   n.allow_keys({"fidelity", "tolerance"});
   if (auto f = n.find("fidelity")) s.fidelity = f->as_enum<NetworkFidelity>(kNetworkFidelities);
-  if (auto t = n.find("tolerance")) s.network_tolerance = t->as_double(0.0, 0.5);
+  if (auto t = n.find("tolerance")) {
+    const std::string text = t->is_scalar() ? t->raw().Scalar() : std::string();
+    if (text == "auto") {
+      s.network_tolerance = kAutoTolerance;
+    } else {
+      double v = -1.0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (ec != std::errc() || end != text.data() + text.size() || !(v >= 0.0 && v <= 0.5))
+        t->fail_expected("auto or a number between 0 and 0.5");
+      s.network_tolerance = v;
+    }
+  }
 }
 
 // A power cap or an SM clock limit: a value with its unit between `low` and `high`, or none (0).
@@ -681,9 +693,10 @@ std::string scenario_to_yaml(const Scenario& s) {
   y << "dispatch: {mode: " << dispatch_mode_name(s.dispatch)
     << ", sms: " << (s.dispatch_sms < 0 ? std::string("default") : std::to_string(s.dispatch_sms))
     << ", pieces: " << s.dispatch_pieces << "}\n";
-  // The tolerance only when set: scenarios written before it existed keep their form (and hashes).
+  // The tolerance only when not auto (the default): scenarios written before it existed keep their
+  // form (and hashes).
   y << "network: {fidelity: " << network_fidelity_name(s.fidelity)
-    << (s.network_tolerance > 0 ? ", tolerance: " + exact(s.network_tolerance) : std::string()) << "}\n";
+    << (s.network_tolerance != kAutoTolerance ? ", tolerance: " + exact(s.network_tolerance) : std::string()) << "}\n";
   y << "power_cap: " << (s.power_cap > 0 ? exact(s.power_cap) + "W" : "none") << "\n";
   y << "clock_limit: " << (s.clock_limit > 0 ? exact(s.clock_limit) + "Hz" : "none") << "\n";
   y << "seed: " << s.seed << "\nsimgrid: [";

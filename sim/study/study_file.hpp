@@ -66,7 +66,8 @@ struct Scenario {
   std::uint64_t seed = 1;
   std::vector<std::string> simgrid_cfg;  // passed to SimGrid as --cfg=...
   NetworkFidelity fidelity = NetworkFidelity::kAuto;  // network.fidelity (docs/simulator.md)
-  double network_tolerance = 0.0;  // network.tolerance: the fluid network's epochs (0: exact)
+  // network.tolerance: the fluid network's epochs (0: exact; kAutoTolerance: the engine's choice)
+  double network_tolerance = kAutoTolerance;
   bool operator==(const Scenario&) const = default;
 };
 

@@ -117,21 +117,54 @@ TEST_CASE("network.tolerance: epochs of the fluid network keep a traced decode o
       "  placement: {policy: contiguous}\n  overlap: {policy: sequential, timelines: requested}\n"
       "variants:\n"
       "  - {name: flow, set: {network.fidelity: flow}}\n"
-      "  - {name: exact, set: {network.fidelity: fluid}}\n"
-      "  - {name: epochs, set: {network.fidelity: fluid, network.tolerance: 0.05}}\n";
+      "  - {name: exact, set: {network.fidelity: fluid, network.tolerance: 0}}\n"
+      "  - {name: epochs, set: {network.fidelity: fluid, network.tolerance: 0.05}}\n"
+      "  - {name: auto, set: {network.fidelity: fluid}}\n";
   const auto doc = run_study(tmp, yaml);
   const auto& flow = variant(doc, "flow");
   const auto& exact = variant(doc, "exact");
   const auto& epochs = variant(doc, "epochs");
+  const auto& automatic = variant(doc, "auto");
   CHECK(epochs.at("inputs").at("network_tolerance").get<double>() == 0.05);
   CHECK(exact.at("inputs").at("network_tolerance").get<double>() == 0.0);
+  CHECK(automatic.at("inputs").at("network_tolerance") == "auto");
   CHECK(epochs.at("network_fidelity_ran") == "fluid");
+  CHECK(epochs.at("network_tolerance_ran").get<double>() == 0.05);
+  CHECK(exact.at("network_tolerance_ran").get<double>() == 0.0);
+  CHECK(flow.at("network_tolerance_ran").get<double>() == 0.0);
+  // 16 GPUs: auto solves exactly, the same step as exact to the last bit.
+  CHECK(automatic.at("network_tolerance_ran").get<double>() == 0.0);
+  CHECK(automatic.at("step_latency_s").at("mean").get<double>() == exact.at("step_latency_s").at("mean").get<double>());
   const double tf = flow.at("step_latency_s").at("mean").get<double>();
   const double te = exact.at("step_latency_s").at("mean").get<double>();
   const double tt = epochs.at("step_latency_s").at("mean").get<double>();
   CHECK(te == doctest::Approx(tf).epsilon(2e-2));
   CHECK(tt == doctest::Approx(tf).epsilon(2e-2));
   CHECK(tt != te);  // it did solve in epochs
+}
+
+TEST_CASE("network.tolerance: auto solves in epochs where a flat or low-latency all-to-all spans 64 GPUs, exactly elsewhere") {
+  // DeepSeek-V2-Lite (64 experts) on 8 x 8 H200 with EP 64: flat and low-latency dispatch run in
+  // epochs of 2%, hierarchical exact; the same study on EP 32 (4 nodes) exact in every mode.
+  TempDir tmp;
+  const std::string trace = (moesim::testing::source_dir() / "traces/data/deepseek-v2-lite-intent.mtr").string();
+  const std::string cluster = (moesim::testing::source_dir() / "bench/configs/h200-8x8.yaml").string();
+  const std::string yaml =
+      "schema_version: 1\nkind: study\nname: auto-tolerance\nbase:\n"
+      "  architecture: deepseek-v2-lite\n  cluster: " + cluster + "\n  trace: " + trace + "\n"
+      "  parallelism: {tp: 1, ep: 64}\n"
+      "  workload: {mode: decode, batch_sequences: 64, steps: 1}\n"
+      "  placement: {policy: contiguous}\n  overlap: {policy: sequential, timelines: requested}\n"
+      "sweep:\n  parallelism.ep: [64, 32]\n  dispatch.mode: [flat, hierarchical, low_latency]\n";
+  const auto doc = run_study(tmp, yaml);
+  REQUIRE(doc.at("variants").size() == 6);
+  for (const auto& v : doc.at("variants")) {
+    CAPTURE(v.at("name").get<std::string>());
+    CHECK(v.at("inputs").at("network_tolerance") == "auto");
+    CHECK(v.at("network_fidelity_ran") == "fluid");
+    const bool epochs = v.at("inputs").at("ep").get<int>() == 64 && v.at("dispatch_mode_ran") != "hierarchical";
+    CHECK(v.at("network_tolerance_ran").get<double>() == (epochs ? 0.02 : 0.0));
+  }
 }
 
 TEST_CASE("network.tolerance: a value outside [0, 0.5] is refused with the file's line") {
@@ -141,5 +174,6 @@ TEST_CASE("network.tolerance: a value outside [0, 0.5] is refused with the file'
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("s.yaml:11") != std::string::npos);
   CHECK(r.err.find("tolerance") != std::string::npos);
+  CHECK(r.err.find("expected auto or a number between 0 and 0.5") != std::string::npos);
   CHECK(!fs::exists(tmp / "out" / "results.json"));
 }

@@ -32,6 +32,8 @@ FluidNetwork::FluidNetwork(std::vector<double> capacities, bool incremental)
   link_mark_.assign(n, 0);
   first_.assign(n, 0);
   fill_.assign(n, 0);
+  load_.assign(n, 0.0);
+  pending_on_.assign(n, 0);
 }
 
 void FluidNetwork::set_tolerance(double tolerance) {
@@ -180,6 +182,7 @@ void FluidNetwork::complete(std::uint32_t f) {
   }
   for (int h = 0; h < x.hops; ++h) {
     const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
+    load_[l] = std::max(0.0, load_[l] - x.rate);
     seed(l);  // (in epochs, kept until the next solve)
     auto& on = on_link_[l];
     const std::uint32_t p = x.pos[static_cast<std::size_t>(h)];
@@ -221,15 +224,16 @@ void FluidNetwork::activate(std::uint32_t f) {
   }
   fresh_.push_back(f);
   if (tolerance_ > 0.0) {
-    // Its fair share were it to start now, at most: its most crowded link shared equally.
-    double share = kNever;
+    pending_.push_back(f);
+    if (in_use_ <= 0.0) must_solve_ = true;
+    // A flow whose links carry only flows that started since the last solve cannot move the others'
+    // rates (its part of the network is apart from theirs): filling the new flows is exact there.
+    bool apart = true;
     for (int h = 0; h < x.hops; ++h) {
       const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
-      share = std::min(share, cap_[l] / static_cast<double>(on_link_[l].size()));
+      apart = apart && on_link_[l].size() == ++pending_on_[l];
     }
-    solve_by_ = std::min(solve_by_, time_ + tolerance_ * x.rem / share);
-    if (in_use_ <= 0.0) must_solve_ = true;
-    count_change();
+    if (!apart) count_change();
   }
 }
 
@@ -277,7 +281,11 @@ void FluidNetwork::mark_changed(std::size_t link) {
 
 void FluidNetwork::solve_if_needed() {
   if (tolerance_ > 0.0) {
-    if (!must_solve_) return;
+    if (!must_solve_) {
+      if (!pending_.empty()) fill_fresh();
+      return;
+    }
+    clear_pending();
     // An epoch: every flow connected to a change is filled again, from zero.
     must_solve_ = false;
     solve_by_ = kNever;
@@ -441,11 +449,119 @@ void FluidNetwork::solve(double level) {
     x.rem = std::max(0.0, x.rem - x.rate * (time_ - x.since));
     x.since = time_;
     in_use_ += r - x.rate;
+    for (int h = 0; h < x.hops; ++h) {
+      const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
+      on_link_[l][x.pos[static_cast<std::size_t>(h)]].rate = r;
+      load_[l] += r - x.rate;
+    }
     x.rate = r;
-    for (int h = 0; h < x.hops; ++h)
-      on_link_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])][x.pos[static_cast<std::size_t>(h)]].rate = r;
     push_finish(f);
   }
+  // Filled from zero, a link's flows are all in the fill: its load is what the fill left of it.
+  if (level <= 0.0)
+    for (const std::uint32_t l : touched_) load_[l] = std::max(0.0, cap_[l] - rc_[l]);
+}
+
+// Epochs: the flows that started since the last solve share, max-min fairly among themselves, the
+// capacity the others leave on their links (the others keep their rates until the next solve). A
+// flow given less than (1 - t) of its fair share (its most crowded link's capacity over the flows
+// on it) brings the next solve at the latest t of its moving time at that share later.
+void FluidNetwork::fill_fresh() {
+  if (stamp_ > 0xfffffff0U) {
+    stamp_ = 0;
+    for (Flow& x : flows_) x.mark = 0;
+    std::fill(link_mark_.begin(), link_mark_.end(), 0U);
+  }
+  stamp_ += 2;
+  const std::uint32_t open = stamp_, filled = stamp_ + 1;
+  touched_.clear();
+  // Count the new flows per link, then lay them out per link in members_.
+  for (const std::uint32_t f : pending_) {
+    Flow& x = flows_[f];
+    x.mark = open;
+    for (int h = 0; h < x.hops; ++h) {
+      const auto l = static_cast<std::uint32_t>(x.link[static_cast<std::size_t>(h)]);
+      if (link_mark_[l] != open) {
+        link_mark_[l] = open;
+        touched_.push_back(l);
+        unfrozen_[l] = 0;
+        rc_[l] = std::max(0.0, (cap_[l] < solved_cap_[l] ? cap_[l] : solved_cap_[l]) - load_[l]);
+      }
+      ++unfrozen_[l];
+    }
+  }
+  std::uint32_t at = 0;
+  for (const std::uint32_t l : touched_) {
+    first_[l] = fill_[l] = at;
+    at += unfrozen_[l];
+  }
+  members_.resize(at);
+  for (const std::uint32_t f : pending_) {
+    const Flow& x = flows_[f];
+    for (int h = 0; h < x.hops; ++h) {
+      const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
+      members_[fill_[l]++] = f;
+    }
+  }
+  heap_.clear();
+  for (const std::uint32_t l : touched_) heap_.push_back(Share{rc_[l] / unfrozen_[l], l});
+  std::make_heap(heap_.begin(), heap_.end(), std::greater<Share>());
+  double lv = 0.0;
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<Share>());
+    Share s = heap_.back();
+    if (unfrozen_[s.link] == 0) {
+      heap_.pop_back();
+      continue;
+    }
+    const double now_share = std::max(rc_[s.link], 0.0) / unfrozen_[s.link];
+    if (now_share > s.share) {
+      heap_.back().share = now_share;
+      std::push_heap(heap_.begin(), heap_.end(), std::greater<Share>());
+      continue;
+    }
+    heap_.pop_back();
+    lv = std::max(lv, s.share);
+    for (std::uint32_t i = first_[s.link]; i < fill_[s.link]; ++i) {
+      Flow& x = flows_[members_[i]];
+      if (x.mark != open) continue;
+      x.mark = filled;
+      x.next_rate = lv;
+      for (int h = 0; h < x.hops; ++h) {
+        const auto m = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
+        rc_[m] -= lv;
+        --unfrozen_[m];
+      }
+    }
+  }
+  for (const std::uint32_t f : pending_) {
+    Flow& x = flows_[f];
+    const double r = x.next_rate;
+    double fair = kNever;
+    for (int h = 0; h < x.hops; ++h) {
+      const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
+      fair = std::min(fair, cap_[l] / static_cast<double>(on_link_[l].size()));
+      if (r > 0.0) {
+        on_link_[l][x.pos[static_cast<std::size_t>(h)]].rate = r;
+        load_[l] += r;
+      }
+    }
+    if (r < (1.0 - tolerance_) * fair) solve_by_ = std::min(solve_by_, time_ + tolerance_ * x.rem / fair);
+    if (r <= 0.0) continue;
+    x.since = time_;
+    x.rate = r;
+    in_use_ += r;
+    push_finish(f);
+  }
+  clear_pending();
+}
+
+void FluidNetwork::clear_pending() {
+  for (const std::uint32_t f : pending_) {
+    const Flow& x = flows_[f];
+    for (int h = 0; h < x.hops; ++h) pending_on_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])] = 0;
+  }
+  pending_.clear();
 }
 
 }  // namespace moesim::sim

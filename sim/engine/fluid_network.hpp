@@ -31,11 +31,12 @@ class FluidNetwork {
 
   // Tolerance (docs/simulator.md, "Solving in epochs"), set before the first flow starts: 0 (the
   // default) solves the network at every change, exactly. t in (0, 1) solves it in epochs: between
-  // solves flows keep their rates, a flow that starts waits, a new capacity applies from the next
-  // solve. The next solve comes once more than t x (the flows in flight) starts, completions and
-  // capacity changes have happened since the last, once a flow that started since has waited t of
-  // its own moving time at its fair share, or at once when nothing moves; it fills again, from
-  // zero, every flow connected to a change.
+  // solves flows keep their rates, flows that start share among themselves what the others leave
+  // of their links (fill_fresh), a new capacity applies from the next solve. The next solve comes
+  // once more than t x (the flows in flight) starts, completions and capacity changes have happened
+  // since the last (a start apart from every older flow does not count), once a flow that started
+  // since with less than (1 - t) of its fair share has run t of its moving time at that share, or at
+  // once when nothing moves; it fills again, from zero, every flow connected to a change.
   void set_tolerance(double tolerance);
   double tolerance() const { return tolerance_; }
 
@@ -87,6 +88,7 @@ class FluidNetwork {
   void catch_up(double now);
   void solve_if_needed();
   void solve(double level);
+  void fill_fresh();
   void complete(std::uint32_t f);
   void activate(std::uint32_t f);
   void release(std::uint32_t f);  // the flow is done: its slot is free, its token ready
@@ -124,6 +126,12 @@ class FluidNetwork {
   std::vector<Flow> flows_;
   std::vector<std::uint32_t> free_;
   std::vector<std::uint32_t> fresh_;  // activated since the last solve
+  // Epochs: activated since the last solve or fill of new flows (fill_fresh), and per link the sum
+  // of its flows' rates.
+  std::vector<std::uint32_t> pending_;
+  std::vector<std::uint32_t> pending_on_;  // per link: how many of its flows are in pending_
+  std::vector<double> load_;
+  void clear_pending();
   EventHeap finish_, waiting_;
   std::vector<std::uint64_t> ready_;  // completed, not yet returned by advance()
   double time_ = 0.0;

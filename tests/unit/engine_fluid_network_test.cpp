@@ -247,6 +247,35 @@ TEST_CASE("fluid network: a flow that starts between epochs waits at most the to
   CHECK(end.at(99) - 1e-3 <= alone * (1.0 + 0.1) * (1.0 + 1e-9));
 }
 
+TEST_CASE("fluid network: in epochs, flows that start where there is room move at once, sharing it, without a solve") {
+  // A hundred long flows hold link 0 (moving from one instant, one solve). Two flows start
+  // together on idle link 1 (one also crossing idle link 2): between epochs they share the room the
+  // others leave, as max-min would give them, and end when exact max-min ends them; a flow that
+  // starts on full link 0 gets nothing until a solve.
+  FluidNetwork net({1e9, 1e9, 1e9});
+  net.set_tolerance(0.05);
+  std::vector<std::uint64_t> done;
+  for (std::uint64_t i = 0; i < 100; ++i) net.start(0.0, 1e-4, 1e9, std::vector<int>{0}, i);
+  net.advance(1e-4, done);
+  CHECK(net.rate(0) == doctest::Approx(1e9 / 100));
+  CHECK(net.rate(99) == doctest::Approx(1e9 / 100));
+  const auto solves = net.solves();
+  net.start(1e-3, 1e-5, 1e6, std::vector<int>{1}, 100);
+  net.start(1e-3, 1e-5, 1e6, std::vector<int>{1, 2}, 101);
+  net.advance(1.01e-3, done);
+  CHECK(net.rate(100) == doctest::Approx(0.5e9));
+  CHECK(net.rate(101) == doctest::Approx(0.5e9));
+  CHECK(net.solves() == solves);
+  CHECK(net.next_event() == doctest::Approx(3.01e-3));
+  net.start(1.5e-3, 1e-5, 1e4, std::vector<int>{0}, 102);
+  net.advance(1.51e-3, done);
+  CHECK(net.rate(102) == 0.0);
+  CHECK(net.solves() == solves);
+  net.advance(3.01e-3, done);
+  CHECK(std::count(done.begin(), done.end(), 100) == 1);
+  CHECK(std::count(done.begin(), done.end(), 101) == 1);
+}
+
 TEST_CASE("fluid network: a tolerance below 0 or from 1 on is refused") {
   FluidNetwork net({1e9});
   CHECK_THROWS_AS(net.set_tolerance(-0.1), std::invalid_argument);

@@ -406,8 +406,36 @@ void FluidNetwork::solve(double level) {
     rc_[l] = rc;
     unfrozen_[l] = fill_[l] - first_[l];
   }
-  // One entry per link. A link's share only rises as flows elsewhere are fixed (they leave it at
-  // most its share each), so an entry is brought up to date only when it reaches the top.
+  raise_together(open, filled, level);
+
+  for (const std::uint32_t f : moving_) {
+    Flow& x = flows_[f];
+    ++filled_;
+    const double r = x.next_rate;
+    if (r == x.rate) continue;  // its completion stands
+    x.rem = std::max(0.0, x.rem - x.rate * (time_ - x.since));
+    x.since = time_;
+    in_use_ += r - x.rate;
+    for (int h = 0; h < x.hops; ++h) {
+      const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
+      on_link_[l][x.pos[static_cast<std::size_t>(h)]].rate = r;
+      load_[l] += r - x.rate;
+    }
+    x.rate = r;
+    push_finish(f);
+  }
+  // Filled from zero, a link's flows are all in the fill: its load is what the fill left of it.
+  if (level <= 0.0)
+    for (const std::uint32_t l : touched_) load_[l] = std::max(0.0, cap_[l] - rc_[l]);
+}
+
+// Progressive filling over the links in touched_ (each with its capacity left, rc_, its unfixed
+// flows, unfrozen_, and its flows in members_[first_, fill_)): the flows marked `open` rise
+// together from `level`; the link whose share (capacity left over unfixed flows) is lowest
+// saturates next and fixes its open flows at that share (next_rate, marked `filled`). One heap
+// entry per link: a link's share only rises as flows elsewhere are fixed (they leave it at most its
+// share each), so an entry is brought up to date only when it reaches the top.
+void FluidNetwork::raise_together(std::uint32_t open, std::uint32_t filled, double level) {
   heap_.clear();
   for (const std::uint32_t l : touched_)
     if (unfrozen_[l] > 0) heap_.push_back(Share{std::max(rc_[l], 0.0) / unfrozen_[l], l});
@@ -440,26 +468,6 @@ void FluidNetwork::solve(double level) {
       }
     }
   }
-
-  for (const std::uint32_t f : moving_) {
-    Flow& x = flows_[f];
-    ++filled_;
-    const double r = x.next_rate;
-    if (r == x.rate) continue;  // its completion stands
-    x.rem = std::max(0.0, x.rem - x.rate * (time_ - x.since));
-    x.since = time_;
-    in_use_ += r - x.rate;
-    for (int h = 0; h < x.hops; ++h) {
-      const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
-      on_link_[l][x.pos[static_cast<std::size_t>(h)]].rate = r;
-      load_[l] += r - x.rate;
-    }
-    x.rate = r;
-    push_finish(f);
-  }
-  // Filled from zero, a link's flows are all in the fill: its load is what the fill left of it.
-  if (level <= 0.0)
-    for (const std::uint32_t l : touched_) load_[l] = std::max(0.0, cap_[l] - rc_[l]);
 }
 
 // Epochs: the flows that started since the last solve share, max-min fairly among themselves, the
@@ -503,37 +511,7 @@ void FluidNetwork::fill_fresh() {
       members_[fill_[l]++] = f;
     }
   }
-  heap_.clear();
-  for (const std::uint32_t l : touched_) heap_.push_back(Share{rc_[l] / unfrozen_[l], l});
-  std::make_heap(heap_.begin(), heap_.end(), std::greater<Share>());
-  double lv = 0.0;
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), std::greater<Share>());
-    Share s = heap_.back();
-    if (unfrozen_[s.link] == 0) {
-      heap_.pop_back();
-      continue;
-    }
-    const double now_share = std::max(rc_[s.link], 0.0) / unfrozen_[s.link];
-    if (now_share > s.share) {
-      heap_.back().share = now_share;
-      std::push_heap(heap_.begin(), heap_.end(), std::greater<Share>());
-      continue;
-    }
-    heap_.pop_back();
-    lv = std::max(lv, s.share);
-    for (std::uint32_t i = first_[s.link]; i < fill_[s.link]; ++i) {
-      Flow& x = flows_[members_[i]];
-      if (x.mark != open) continue;
-      x.mark = filled;
-      x.next_rate = lv;
-      for (int h = 0; h < x.hops; ++h) {
-        const auto m = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
-        rc_[m] -= lv;
-        --unfrozen_[m];
-      }
-    }
-  }
+  raise_together(open, filled, 0.0);
   for (const std::uint32_t f : pending_) {
     Flow& x = flows_[f];
     const double r = x.next_rate;

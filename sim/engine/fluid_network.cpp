@@ -354,6 +354,17 @@ void FluidNetwork::solve_if_needed() {
   solve(level);
 }
 
+// Two fresh marks (open, filled) for flows and links; every mark is cleared when they would wrap.
+std::uint32_t FluidNetwork::next_stamp() {
+  if (stamp_ > 0xfffffff0U) {
+    stamp_ = 0;
+    for (Flow& x : flows_) x.mark = 0;
+    std::fill(link_mark_.begin(), link_mark_.end(), 0U);
+  }
+  stamp_ += 2;
+  return stamp_;
+}
+
 // Progressive filling of the flows a change can move: those at or above `level` (and every new
 // one) connected to a changed link through links they share; every other flow keeps its rate (in
 // its connected part nothing changed, so filling it again would give it the same). All of them rise
@@ -361,13 +372,7 @@ void FluidNetwork::solve_if_needed() {
 // is lowest saturates next and fixes its flows at that share.
 void FluidNetwork::solve(double level) {
   ++solves_;
-  if (stamp_ > 0xfffffff0U) {
-    stamp_ = 0;
-    for (Flow& x : flows_) x.mark = 0;
-    std::fill(link_mark_.begin(), link_mark_.end(), 0U);
-  }
-  stamp_ += 2;
-  const std::uint32_t open = stamp_, filled = stamp_ + 1;
+  const std::uint32_t open = next_stamp(), filled = open + 1;
   // Search from the changed links. Each link reached is read whole: the flows it holds that move
   // join the fill (and their links the search), the others leave their rates out of its capacity.
   moving_.clear();
@@ -475,13 +480,7 @@ void FluidNetwork::raise_together(std::uint32_t open, std::uint32_t filled, doub
 // flow given less than (1 - t) of its fair share (its most crowded link's capacity over the flows
 // on it) brings the next solve at the latest t of its moving time at that share later.
 void FluidNetwork::fill_fresh() {
-  if (stamp_ > 0xfffffff0U) {
-    stamp_ = 0;
-    for (Flow& x : flows_) x.mark = 0;
-    std::fill(link_mark_.begin(), link_mark_.end(), 0U);
-  }
-  stamp_ += 2;
-  const std::uint32_t open = stamp_, filled = stamp_ + 1;
+  const std::uint32_t open = next_stamp(), filled = open + 1;
   touched_.clear();
   // Count the new flows per link, then lay them out per link in members_.
   for (const std::uint32_t f : pending_) {

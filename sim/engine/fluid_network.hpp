@@ -89,6 +89,7 @@ class FluidNetwork {
   void solve_if_needed();
   void solve(double level);
   void fill_fresh();
+  std::uint32_t next_stamp();
   void raise_together(std::uint32_t open, std::uint32_t filled, double level);
   void complete(std::uint32_t f);
   void activate(std::uint32_t f);

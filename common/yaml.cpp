@@ -334,13 +334,18 @@ double YamlNode::as_double(double min, double max) const {
     else if (std::isfinite(max)) r += " <= " + format_number(max);
     return r;
   };
-  if (!node_.IsScalar()) fail_expected(range());
+  const auto v = number();
+  if (!v || *v < min || *v > max) fail_expected(range());
+  return *v;
+}
+
+std::optional<double> YamlNode::number() const {
+  if (!node_.IsScalar()) return std::nullopt;
   const std::string& s = node_.Scalar();
   double v = 0.0;
   const char* begin = s.data() + (!s.empty() && s[0] == '+' ? 1 : 0);
   auto [ptr, ec] = std::from_chars(begin, s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(v) || v < min || v > max)
-    fail_expected(range());
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size() || !std::isfinite(v)) return std::nullopt;
   return v;
 }
 

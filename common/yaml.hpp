@@ -68,6 +68,9 @@ class YamlNode {
                       std::int64_t max = std::numeric_limits<std::int64_t>::max()) const;
   double as_double(double min = -std::numeric_limits<double>::infinity(),
                    double max = std::numeric_limits<double>::infinity()) const;
+  // The scalar as a finite number (a leading '+' allowed), or nullopt: for values that are a number
+  // or a word ("auto"), whose caller words the error.
+  std::optional<double> number() const;
   // A value with a unit ("900GBps"); min/max are SI values, checked after conversion.
   double as_unit(UnitKind kind, double min = 0.0, double max = std::numeric_limits<double>::infinity()) const;
   std::vector<std::int64_t> as_int_list(std::int64_t min = std::numeric_limits<std::int64_t>::min(),

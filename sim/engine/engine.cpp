@@ -108,11 +108,13 @@ SimResult simulate(const EngineInput& in) {
           : Transfers::kSimGrid;
   Platform platform(fabric, latency_factor, in.options.prune_routes, transfers,
                     !in.options.dump_activities.empty());
-  const double tolerance = !platform.fluid() ? 0.0
-                           : in.options.network_tolerance == kAutoTolerance
-                               ? auto_network_tolerance(in.options.dispatch, in.ep * in.tp)
-                               : in.options.network_tolerance;
-  if (platform.fluid()) platform.set_network_tolerance(tolerance);
+  double tolerance = 0.0;  // SimGrid's flows are exact
+  if (platform.fluid()) {
+    tolerance = in.options.network_tolerance == kAutoTolerance
+                    ? auto_network_tolerance(in.options.dispatch, in.ep * in.tp)
+                    : in.options.network_tolerance;
+    platform.set_network_tolerance(tolerance);
+  }
   std::unique_ptr<ActivityDump> dump;
   if (!in.options.dump_activities.empty()) {
     std::vector<std::string> cfg(args.begin() + 1, args.end());

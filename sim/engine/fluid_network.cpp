@@ -182,7 +182,7 @@ void FluidNetwork::complete(std::uint32_t f) {
   }
   for (int h = 0; h < x.hops; ++h) {
     const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
-    load_[l] = std::max(0.0, load_[l] - x.rate);
+    if (tolerance_ > 0.0) load_[l] = std::max(0.0, load_[l] - x.rate);
     seed(l);  // (in epochs, kept until the next solve)
     auto& on = on_link_[l];
     const std::uint32_t p = x.pos[static_cast<std::size_t>(h)];
@@ -231,7 +231,8 @@ void FluidNetwork::activate(std::uint32_t f) {
     bool apart = true;
     for (int h = 0; h < x.hops; ++h) {
       const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
-      apart = apart && on_link_[l].size() == ++pending_on_[l];
+      const bool only_new = on_link_[l].size() == ++pending_on_[l];  // counted on every link
+      apart = apart && only_new;
     }
     if (!apart) count_change();
   }
@@ -421,16 +422,14 @@ void FluidNetwork::solve(double level) {
     x.rem = std::max(0.0, x.rem - x.rate * (time_ - x.since));
     x.since = time_;
     in_use_ += r - x.rate;
-    for (int h = 0; h < x.hops; ++h) {
-      const auto l = static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)]);
-      on_link_[l][x.pos[static_cast<std::size_t>(h)]].rate = r;
-      load_[l] += r - x.rate;
-    }
     x.rate = r;
+    for (int h = 0; h < x.hops; ++h)
+      on_link_[static_cast<std::size_t>(x.link[static_cast<std::size_t>(h)])][x.pos[static_cast<std::size_t>(h)]].rate = r;
     push_finish(f);
   }
-  // Filled from zero, a link's flows are all in the fill: its load is what the fill left of it.
-  if (level <= 0.0)
+  // Epochs solve from zero: every flow on a reached link is in the fill, so a link's load (what
+  // fill_fresh leaves to new flows) is what the fill took of its capacity.
+  if (tolerance_ > 0.0)
     for (const std::uint32_t l : touched_) load_[l] = std::max(0.0, cap_[l] - rc_[l]);
 }
 

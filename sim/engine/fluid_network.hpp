@@ -132,7 +132,7 @@ class FluidNetwork {
   // of its flows' rates.
   std::vector<std::uint32_t> pending_;
   std::vector<std::uint32_t> pending_on_;  // per link: how many of its flows are in pending_
-  std::vector<double> load_;
+  std::vector<double> load_;  // kept in epochs only
   void clear_pending();
   EventHeap finish_, waiting_;
   std::vector<std::uint64_t> ready_;  // completed, not yet returned by advance()

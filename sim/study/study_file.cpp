@@ -1,7 +1,6 @@
 #include "sim/study/study_file.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -329,15 +328,12 @@ void parse_network(const YamlNode& n, Scenario& s) {
   n.allow_keys({"fidelity", "tolerance"});
   if (auto f = n.find("fidelity")) s.fidelity = f->as_enum<NetworkFidelity>(kNetworkFidelities);
   if (auto t = n.find("tolerance")) {
-    const std::string text = t->is_scalar() ? t->raw().Scalar() : std::string();
-    if (text == "auto") {
+    if (t->is_scalar() && t->raw().Scalar() == "auto") {
       s.network_tolerance = kAutoTolerance;
     } else {
-      double v = -1.0;
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-      if (ec != std::errc() || end != text.data() + text.size() || !(v >= 0.0 && v <= 0.5))
-        t->fail_expected("auto or a number between 0 and 0.5");
-      s.network_tolerance = v;
+      const auto v = t->number();
+      if (!v || *v < 0.0 || *v > 0.5) t->fail_expected("auto or a number between 0 and 0.5");
+      s.network_tolerance = *v;
     }
   }
 }

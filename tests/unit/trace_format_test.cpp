@@ -464,7 +464,8 @@ TEST_CASE("trace format: the fast token check finds every out-of-range and repea
       std::vector<Spoil> spoils = {
           {0, 0, static_cast<std::uint16_t>(experts), "layer 1: expert id " + std::to_string(experts) + " is out of range"},
           {3, 11, top, "layer 5: expert id " + std::to_string(top) + " is out of range"},
-          {2, 4, 65535, "layer 2: expert id 65535 is out of range"},
+          {2, 4, 1000, "layer 2: expert id 1000 is out of range"},
+          {1, 6, 65535, "layer 2: expert id 65535 is out of range"},
           {6, 5, 0, ""},
           {7, 11, 0, ""},  // the very last id of the block
       };

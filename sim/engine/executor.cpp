@@ -127,7 +127,7 @@ void Executor::start_compute(Task& t, std::uint32_t id) {
 }
 
 void Executor::start_transfer(Task& t, std::uint32_t id) {
-  for (int gpu : {t.gpu, t.dst}) {
+  for (int gpu : ends(t)) {
     auto& tr = track_[static_cast<std::size_t>(gpu)];
     ++tr.comm_active;
     // The most recent transfer; of several started at one instant, the last in the step's task
@@ -142,7 +142,7 @@ void Executor::start_transfer(Task& t, std::uint32_t id) {
       if (a2a_active_[k]++ == 0) a2a_since_[k] = t.start;
     }
   }
-  if (measuring_) {
+  if (measuring_ && t.side == Task::Side::kRoute) {
     auto& row = result_.traffic[static_cast<std::size_t>(t.gpu)];
     if (t.merged_part > 0.0) {
       for (std::size_t d = 0; d < row.size(); ++d)
@@ -152,10 +152,15 @@ void Executor::start_transfer(Task& t, std::uint32_t id) {
     }
   }
   if (t.merged_part > 0.0) ++result_.aggregated_flows;
-  if (platform_.fluid()) ++result_.fluid_flows;
-  running_[id] =
-      platform_.send(t.gpu, t.dst, t.amount, t.latency, reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1));
   ++result_.activities;
+  void* data = reinterpret_cast<void*>(static_cast<std::uintptr_t>(id) + 1);
+  if (t.side != Task::Side::kRoute) {
+    ++result_.port_activities;
+    platform_.send_end(t.gpu, t.dst, t.side == Task::Side::kIngress, t.amount, t.latency, data);
+    return;
+  }
+  if (platform_.fluid()) ++result_.fluid_flows;
+  running_[id] = platform_.send(t.gpu, t.dst, t.amount, t.latency, data);
 }
 
 void Executor::start_task(std::uint32_t id) {
@@ -188,17 +193,26 @@ void Executor::finish_task(Task& t) {
       result_.compute_alone += t.amount;
       if (t.category == Category::kExpert && t.layer >= 0) token_time_[gpu_layer(t.gpu, t.layer)] += t.end - t.start;
     }
-  } else if (ran) {
-    for (int gpu : {t.gpu, t.dst}) {
-      auto& tr = track_[static_cast<std::size_t>(gpu)];
-      --tr.comm_active;
-      if (tr.last_comm == &t) tr.last_comm = nullptr;
-      account_state(gpu);
-      refresh_contention(gpu);
-      if (t.layer >= 0 && measuring_) {
-        const std::size_t k = gpu_layer(gpu, t.layer);
-        if (--a2a_active_[k] == 0) a2a_time_[k] += t.end - a2a_since_[k];
-      }
+  } else if (ran && !t.held) {
+    end_comm(t, t.end);
+  }
+  // A port phase ends: its GPUs stop communicating (their activities ended earlier).
+  for (std::uint32_t i = t.held_begin; i < t.held_end; ++i) {
+    const Task& h = current_->tasks[current_->held[i]];
+    if (h.runs()) end_comm(h, t.end);
+  }
+}
+
+void Executor::end_comm(const Task& t, double at) {
+  for (int gpu : ends(t)) {
+    auto& tr = track_[static_cast<std::size_t>(gpu)];
+    --tr.comm_active;
+    if (tr.last_comm == &t) tr.last_comm = nullptr;
+    account_state(gpu);
+    refresh_contention(gpu);
+    if (t.layer >= 0 && measuring_) {
+      const std::size_t k = gpu_layer(gpu, t.layer);
+      if (--a2a_active_[k] == 0) a2a_time_[k] += at - a2a_since_[k];
     }
   }
 }
@@ -267,8 +281,17 @@ void Executor::complete(std::uint32_t first) {
     t.end = sg4::Engine::get_clock();
     finish_task(t);
     record_timeline(g, t);
-    for (auto s : g.successors(id))
-      if (--g.tasks[s].pending == 0) start_task(s);
+    for (auto s : g.successors(id)) {
+      Task& next = g.tasks[s];
+      if (next.any_of) {
+        if (next.pending > 0) {
+          next.pending = 0;  // later predecessors no longer count
+          start_task(s);
+        }
+      } else if (--next.pending == 0) {
+        start_task(s);
+      }
+    }
     if (id == g.end_task) end_step(t.end);
   }
   draining_ = false;
@@ -320,6 +343,12 @@ void Executor::start_step() {
   std::fill(a2a_active_.begin(), a2a_active_.end(), 0);
   std::fill(layer_last_.begin(), layer_last_.end(), -1.0);
   if (dump_) dump_step(*current_);
+  if (measuring_ && !current_->pair_bytes.empty()) {
+    // The port phases' traffic, pair by pair as routing counted it (no transfer carries it).
+    const std::size_t n = result_.traffic.size();
+    for (std::size_t a = 0; a < n; ++a)
+      for (std::size_t b = 0; b < n; ++b) result_.traffic[a][b] += current_->pair_bytes[a * n + b];
+  }
   ++step_index_;
   step_start_ = sg4::Engine::get_clock();
   // The root has no predecessors.

@@ -5,6 +5,7 @@
 // Lives in the engine's thread; takes graphs from a StepBuilder.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -72,9 +73,22 @@ class Executor {
   void start_task(std::uint32_t id);
   void start_compute(Task& t, std::uint32_t id);
   void start_transfer(Task& t, std::uint32_t id);
+  // The GPUs whose ports a transfer crosses: both ends, or the one whose end of the route it moves on.
+  struct Ends {
+    std::array<int, 2> gpu{};
+    std::size_t n = 0;
+    const int* begin() const { return gpu.data(); }
+    const int* end() const { return gpu.data() + n; }
+  };
+  static Ends ends(const Task& t) {
+    if (t.side == Task::Side::kRoute) return {{t.gpu, t.dst}, 2};
+    return {{t.side == Task::Side::kIngress ? t.dst : t.gpu, -1}, 1};
+  }
   void complete(std::uint32_t id);
   void activity_done(std::uint32_t id);
   void finish_task(Task& t);
+  // Transfer t's GPUs stop communicating at `at` (its end; a port phase's: the phase's end).
+  void end_comm(const Task& t, double at);
   void record_timeline(const StepGraph& g, const Task& t);
   void end_step(double end);
   void refresh_contention(int gpu);

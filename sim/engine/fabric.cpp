@@ -9,7 +9,7 @@ namespace moesim::sim {
 
 namespace {
 
-constexpr double kUnlimited = 1e15;  // B/s: a link that only adds latency
+constexpr double kUnlimited = kUnlimitedBandwidth;
 
 }  // namespace
 
@@ -64,8 +64,10 @@ void Fabric::add_network() {
   const auto& net = c.inter_node;
   const int nics_per_node = c.nics.per_node;
   for (int node = 0; node < c.num_nodes; ++node)
-    for (int k = 0; k < nics_per_node; ++k)
+    for (int k = 0; k < nics_per_node; ++k) {
       nics_.push_back(add("node" + std::to_string(node) + "-nic" + std::to_string(k), figures_.nic_bw, figures_.nic_lat));
+      links_.back().nic = true;
+    }
   switch (net.topology) {
     case models::TopologyKind::kSingleSwitch:
       backbone_ = add("switch", net.switch_bandwidth > 0 ? net.switch_bandwidth : kUnlimited, net.switch_latency, true);

@@ -14,6 +14,8 @@
 
 namespace moesim::sim {
 
+inline constexpr double kUnlimitedBandwidth = 1e15;  // B/s: a link that only adds latency
+
 struct FabricFigures {
   double intra_bw = 0.0;   // B/s per direction of a GPU's NVLink/PCIe port
   double intra_lat = 0.0;  // s, GPU to GPU inside a node (the two ports together)
@@ -29,6 +31,7 @@ struct FabricLink {
   double latency = 0.0;
   bool shared = false;  // one capacity for both directions (a switch backbone); else split duplex
   bool port = false;    // a GPU's private port (slowed while that GPU computes and communicates)
+  bool nic = false;     // a node's NIC (with the GPU ports, the ends of an inter-node route)
 };
 
 struct Hop {

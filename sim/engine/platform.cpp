@@ -28,6 +28,7 @@ constexpr double kPortLatency = 0.5e-6;
 // The shortest latency a transfer waits, so that each one takes the latency phase in which SimGrid
 // gives it its sharing penalty (a transfer without one would share with weight 1 instead).
 constexpr double kMinTransferLatency = 1e-15;
+constexpr std::uint8_t kUnsetEnd = 0xff;  // Platform::end_hops_: no route seen yet
 
 // Links that can never limit a transfer, left out of the SimGrid routes. Never a GPU port (ports are
 // slowed by contention) and never a shared link (SimGrid's results move by about 1e-5 without an
@@ -142,6 +143,8 @@ Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor, bool prun
     }
     fluid_ = std::make_unique<FluidNetwork>(std::move(capacity));
     route_first_.assign(pairs + 1, 0);
+    end_links_.assign(4 * static_cast<std::size_t>(n), {-1, -1});
+    end_hops_.assign(4 * static_cast<std::size_t>(n), kUnsetEnd);
   }
   for (int a = 0; a < n; ++a)
     for (int b = 0; b < n; ++b) {
@@ -154,6 +157,38 @@ Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor, bool prun
         throw std::logic_error("fabric route " + std::to_string(a) + " -> " + std::to_string(b) +
                                " does not start and end at GPU ports");
       double full = 0.0;
+      // The route's ends: its leading and trailing GPU ports and NICs; what lies between must never
+      // limit a transfer for port phases to fit.
+      std::size_t head = 0, tail = hops.size();
+      auto end_link = [&](std::size_t k, bool up) {
+        const FabricLink& l = links[static_cast<std::size_t>(hops[k].link)];
+        return (l.port || l.nic) && !l.shared && hops[k].up == up;
+      };
+      while (head < hops.size() && end_link(head, true)) ++head;
+      while (tail > head && end_link(tail - 1, false)) --tail;
+      for (std::size_t k = head; k < tail; ++k) {
+        const auto i = static_cast<std::size_t>(hops[k].link);
+        if (!idle[i] && links[i].bandwidth < kUnlimitedBandwidth) port_phases_fit_ = false;
+      }
+      if (fluid) {
+        const bool across = fabric.node_of(a) != fabric.node_of(b);
+        auto keep = [&](int gpu, bool receiving, std::size_t from, std::size_t to) {
+          const std::size_t slot = 4 * static_cast<std::size_t>(gpu) + (across ? 2 : 0) + (receiving ? 1 : 0);
+          if (end_hops_[slot] != kUnsetEnd) return;
+          std::uint8_t count = 0;
+          for (std::size_t k = from; k < to; ++k) {
+            const auto i = static_cast<std::size_t>(hops[k].link);
+            if (idle[i]) continue;
+            if (count == end_links_[slot].size())
+              throw std::logic_error("fabric route " + std::to_string(a) + " -> " + std::to_string(b) +
+                                     " has more than two links at one end");
+            end_links_[slot][count++] = fluid_link_[2 * i + (hops[k].up ? 0 : 1)];
+          }
+          end_hops_[slot] = count;
+        };
+        keep(a, false, 0, head);
+        keep(b, true, tail, hops.size());
+      }
       for (const Hop& h : hops) {
         const auto i = static_cast<std::size_t>(h.link);
         full += links[i].latency;
@@ -194,6 +229,22 @@ double Platform::transfer_latency(int src, int dst, double bytes, double latency
 
 Platform::~Platform() {
   if (timer_ != nullptr) timer_->remove();
+}
+
+void Platform::send_end(int src, int dst, bool destination_end, double bytes, double latency, void* data) {
+  if (!fluid_) throw std::logic_error("a transfer over one end of its route needs the fluid network");
+  const auto payload = static_cast<std::uint64_t>(std::llround(bytes));
+  const double wait = transfer_latency(src, dst, static_cast<double>(payload), latency);
+  const int gpu = destination_end ? dst : src;
+  const std::size_t slot = 4 * static_cast<std::size_t>(gpu) + (fabric_.node_of(src) != fabric_.node_of(dst) ? 2 : 0) +
+                           (destination_end ? 1 : 0);
+  if (end_hops_[slot] == kUnsetEnd)
+    throw std::logic_error("no route end of GPU " + std::to_string(gpu) + " for " + std::to_string(src) + " -> " +
+                           std::to_string(dst));
+  fluid_->start(sg4::Engine::get_clock(), wait, static_cast<double>(payload),
+                std::span<const int>(end_links_[slot].data(), end_hops_[slot]),
+                static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(data)));
+  flush_soon();
 }
 
 sg4::CommPtr Platform::send(int src, int dst, double bytes, double latency, void* data) {

@@ -8,6 +8,7 @@
 
 #include <simgrid/s4u.hpp>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -63,6 +64,14 @@ class Platform {
   // report through Activity::on_completion). It may start transfers and change slowdowns.
   void on_transfer_done(std::function<void(void*)> callback) { done_callback_ = std::move(callback); }
   const FluidNetwork* fluid_network() const { return fluid_.get(); }
+  // Port phases (docs/simulator.md, "Port phases"): whether every link of every route that is not
+  // a GPU port or a NIC can never limit a transfer (pruned or unlimited), so that the links that
+  // share a phase's transfers are the ends of their routes alone.
+  bool port_phases_fit() const { return port_phases_fit_; }
+  // The fluid network only: a transfer over one end of the route from `src` to `dst`: the source's
+  // end (its port, and its NIC across nodes) or, `destination_end`, the destination's. Waits the
+  // whole route's latency as send() does.
+  void send_end(int src, int dst, bool destination_end, double bytes, double latency, void* data);
   // The s a transfer waits before its first byte moves: `latency` (its operation's fixed cost,
   // docs/simulator.md "Collectives"), or its fabric route's latency times the study's latency factor
   // when that is longer.
@@ -93,6 +102,10 @@ class Platform {
   std::vector<int> fluid_link_;
   std::vector<std::uint32_t> route_first_;
   std::vector<int> route_links_;
+  // Per GPU, the fluid links of its end of its routes: [4 * gpu + 2 * (other node) + (receiving)].
+  std::vector<std::array<int, 2>> end_links_;
+  std::vector<std::uint8_t> end_hops_;
+  bool port_phases_fit_ = true;
   simgrid::kernel::timer::Timer* timer_ = nullptr;
   double timer_date_ = 0.0;
   std::function<void(void*)> done_callback_;

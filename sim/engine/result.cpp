@@ -52,6 +52,7 @@ nlohmann::json to_json(const SimResult& r) {
           {"activities", r.activities},
           {"aggregated_flows", r.aggregated_flows},
           {"fluid_flows", r.fluid_flows},
+          {"port_activities", r.port_activities},
           {"network_tolerance", r.network_tolerance},
           {"trace_repeated", r.trace_repeated},
           {"wall_s", r.wall_seconds}};
@@ -91,6 +92,7 @@ SimResult sim_result_from_json(const nlohmann::json& j) {
   r.activities = j.at("activities").get<std::uint64_t>();
   r.aggregated_flows = j.at("aggregated_flows").get<std::uint64_t>();
   r.fluid_flows = j.value("fluid_flows", std::uint64_t{0});
+  r.port_activities = j.value("port_activities", std::uint64_t{0});
   r.network_tolerance = j.value("network_tolerance", 0.0);
   r.trace_repeated = j.at("trace_repeated").get<bool>();
   r.wall_seconds = j.at("wall_s").get<double>();

@@ -68,6 +68,9 @@ struct SimResult {
   std::uint64_t aggregated_flows = 0;
   // Transfers moved by the engine's fluid network (network fidelity "auto"); 0: by SimGrid's flows.
   std::uint64_t fluid_flows = 0;
+  // Activities that each moved one GPU's part of a flat or low-latency all-to-all phase through its
+  // own ports (network fidelity "ports", docs/simulator.md "Port phases"); 0: none.
+  std::uint64_t port_activities = 0;
   // The fluid network's tolerance as it ran (network.tolerance, auto resolved); 0 exact or unused.
   double network_tolerance = 0.0;
   bool trace_repeated = false;

@@ -9,6 +9,8 @@ void StepGraph::clear() {
   succ.clear();
   end_task = 0;
   tokens = 0;
+  pair_bytes.clear();
+  held.clear();
   error = nullptr;
 }
 

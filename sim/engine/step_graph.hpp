@@ -31,6 +31,8 @@ struct Task {
   TaskKind kind = TaskKind::kJoin;
   Category category = Category::kOther;
   bool timeline = false;  // join: a stream operation worth drawing
+  bool any_of = false;    // join: starts when its first predecessor completes (not its last)
+  bool held = false;      // transfer: its GPUs stay communicating after it ends (see held_begin)
   int gpu = -1;           // compute: host; transfer: source; join: the GPU whose stream it belongs to
   int dst = -1;           // transfer: destination
   int layer = -1;         // index into the layer table, -1 for none
@@ -44,11 +46,19 @@ struct Task {
   double power = 0.0;     // compute: W it draws alone, uncapped, at the full clock (models::kernel_power)
   double power_with_comm = 0.0;  // compute: W while its GPU also communicates (models::kernel_power_with_comm)
   std::int16_t comm_sms = -1;  // transfer: SMs its operation's kernels hold (-1: the profile's; 0: none)
+  // transfer: where it moves (docs/simulator.md, "Port phases"): kRoute on the route from gpu to dst;
+  // kEgress on gpu's own ports only (the source side of that route), kIngress on dst's own ports only
+  // (its destination side): a phase's bytes out of one GPU, or into one, as one activity.
+  enum class Side : std::uint8_t { kRoute, kEgress, kIngress };
+  Side side = Side::kRoute;
   double op_bytes = 0.0;  // transfer: bytes of the whole operation it belongs to (contention lookup)
   models::CollectiveOp comm_op = models::CollectiveOp::kAllToAll;
   int pending = 0;        // predecessors not yet complete
   double start = -1.0, end = -1.0;
   std::uint32_t gate = 0;  // join of a stream operation: the task that opened it
+  // join: StepGraph::held[held_begin, held_end) are port-phase transfers (Task::Side) whose GPUs stay
+  // communicating after their activity ends, until this join completes (docs/simulator.md, "Port phases").
+  std::uint32_t held_begin = 0, held_end = 0;
 
   // Whether the task is an activity the engine runs: a compute with work, or a transfer between two
   // GPUs that moves bytes or waits a latency of its own (an operation's fixed cost takes time even
@@ -69,6 +79,10 @@ struct StepGraph {
   std::uint32_t end_task = 0;       // the task whose completion ends the step
   std::size_t tokens = 0;           // tokens the step processes
   std::vector<double> rank_tokens;  // [layer slot * ep + rank]: tokens routed to each EP rank
+  // [src * gpus + dst]: payload bytes of the step's port phases (Task::Side), which no transfer
+  // carries pair by pair; empty when the step has none.
+  std::vector<double> pair_bytes;
+  std::vector<std::uint32_t> held;  // see Task::held_begin
   std::exception_ptr error;         // building failed (the step's batch could not be drawn, ...)
 
   std::uint32_t add(const Task& t) {

@@ -84,6 +84,7 @@ SimResult merge_step_ranges(const std::vector<SimResult>& parts) {
     out.activities += r.activities;
     out.aggregated_flows += r.aggregated_flows;
     out.fluid_flows += r.fluid_flows;
+    out.port_activities += r.port_activities;
     out.network_tolerance = std::max(out.network_tolerance, r.network_tolerance);
     out.trace_repeated = out.trace_repeated || r.trace_repeated;
     out.wall_seconds += r.wall_seconds;

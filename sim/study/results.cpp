@@ -44,6 +44,7 @@ namespace {
 
 std::string network_fidelity_ran(const std::vector<SimResult>& timelines) {
   auto any = [&](auto pred) { return std::any_of(timelines.begin(), timelines.end(), pred); };
+  if (any([](const SimResult& t) { return t.port_activities > 0; })) return "ports";
   if (any([](const SimResult& t) { return t.aggregated_flows > 0; })) return "aggregated";
   if (any([](const SimResult& t) { return t.fluid_flows > 0; })) return "fluid";
   return "flow";

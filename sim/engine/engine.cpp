@@ -94,25 +94,49 @@ SimResult simulate(const EngineInput& in) {
   // SimGrid setting of the study keeps SimGrid's flows (docs/simulator.md, "Network fidelity").
   const std::size_t own_settings = engine_args(EngineOptions{}).size();
   const bool own_settings_only = args.size() == own_settings;
-  if (in.options.fidelity == NetworkFidelity::kFluid && !own_settings_only) {
+  const bool own_network = in.options.fidelity == NetworkFidelity::kFluid || in.options.fidelity == NetworkFidelity::kPorts;
+  if (own_network && !own_settings_only) {
     std::string settings;
     for (std::size_t i = own_settings; i < args.size(); ++i)
       settings += (settings.empty() ? "" : ", ") + args[i].substr(6);
-    throw common::InputError("network.fidelity fluid moves every transfer in the engine's fluid network, which reads "
+    throw common::InputError("network.fidelity " + network_fidelity_name(in.options.fidelity) +
+                             " moves transfers in the engine's fluid network, which reads "
                              "no SimGrid setting (got " + settings +
                              "): remove them from simgrid, or choose network.fidelity flow (SimGrid's flows) or auto");
   }
   const Transfers transfers =
-      in.options.fidelity == NetworkFidelity::kFluid || (in.options.fidelity == NetworkFidelity::kAuto && own_settings_only)
+      own_network || (in.options.fidelity == NetworkFidelity::kAuto && own_settings_only)
           ? Transfers::kFluid
           : Transfers::kSimGrid;
   Platform platform(fabric, latency_factor, in.options.prune_routes, transfers,
                     !in.options.dump_activities.empty());
+  // Port phases: asked for, or chosen by auto where they fit (docs/simulator.md, "Port phases").
+  const bool dumping = !in.options.dump_activities.empty();
+  bool port_phases = false;
+  if (in.options.fidelity == NetworkFidelity::kPorts) {
+    if (in.options.dispatch == DispatchMode::kHierarchical)
+      throw common::InputError("network.fidelity ports moves flat and low-latency all-to-alls as port phases, and "
+                               "dispatch.mode is hierarchical (its two hops keep their transfers): choose "
+                               "network.fidelity auto or fluid, or dispatch.mode flat or low_latency");
+    if (!platform.port_phases_fit())
+      throw common::InputError("network.fidelity ports needs a cluster whose routes are limited only at their ends (GPU "
+                               "ports and NICs), and cluster " + in.cluster->name +
+                               " has a link between them that can limit a transfer (an NVLink mesh, or a switch, "
+                               "spine or fat-tree uplink of finite bandwidth): choose network.fidelity auto or fluid");
+    if (dumping)
+      throw common::InputError("the activity dump records every transfer of a step, and network.fidelity ports moves "
+                               "all-to-alls as port phases: dump with network.fidelity fluid or flow");
+    port_phases = true;
+  } else if (in.options.fidelity == NetworkFidelity::kAuto && platform.fluid() && !dumping &&
+             platform.port_phases_fit()) {
+    port_phases = auto_port_phases(in.options.dispatch, in.ep * in.tp);
+  }
   double tolerance = 0.0;  // SimGrid's flows are exact
   if (platform.fluid()) {
-    tolerance = in.options.network_tolerance == kAutoTolerance
-                    ? auto_network_tolerance(in.options.dispatch, in.ep * in.tp)
-                    : in.options.network_tolerance;
+    // Port phases leave the network few flows, one per GPU end: nothing for epochs to gain.
+    tolerance = in.options.network_tolerance != kAutoTolerance ? in.options.network_tolerance
+                : port_phases                                  ? 0.0
+                                                               : auto_network_tolerance(in.options.dispatch, in.ep * in.tp);
     platform.set_network_tolerance(tolerance);
   }
   std::unique_ptr<ActivityDump> dump;
@@ -125,6 +149,7 @@ SimResult simulate(const EngineInput& in) {
 
   const LayerTable layers = make_layer_table(in);
   GraphBuilder graphs(in, layers, fabric, clock_speed);
+  graphs.set_port_phases(port_phases);
   graphs.skip(setup.first_step);
   // Declared after the graph builder: destroyed first, so that its thread stops before the state it
   // builds from goes.
@@ -137,6 +162,10 @@ SimResult simulate(const EngineInput& in) {
   result.network_tolerance = tolerance;
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return result;
+}
+
+bool auto_port_phases(DispatchMode dispatch, int ep_ranks) {
+  return dispatch != DispatchMode::kHierarchical && ep_ranks >= kAutoPortRanks;
 }
 
 double auto_network_tolerance(DispatchMode dispatch, int ep_ranks) {

@@ -26,8 +26,10 @@ enum class GradientSync { kAllReduce, kFsdp };
 // How the network is simulated (docs/simulator.md, "Network fidelity"): kAuto lets the engine take
 // its faster paths (the aggregated uniform all-to-all where it is exact, else the fluid network);
 // kFluid moves every transfer in the fluid network, none aggregated; kFlow runs every transfer as its
-// own SimGrid flow, the reference the others are checked against.
-enum class NetworkFidelity { kAuto, kFluid, kFlow };
+// own SimGrid flow, the reference the others are checked against; kPorts moves every flat or
+// low-latency all-to-all phase as one activity per GPU over its own ports (docs/simulator.md, "Port
+// phases"), a model whose error is stated there, and everything else in the fluid network.
+enum class NetworkFidelity { kAuto, kFluid, kFlow, kPorts };
 
 inline constexpr std::array<common::EnumName<WorkloadMode>, 4> kWorkloadModes{
     {{WorkloadMode::kPrefill, "prefill"},
@@ -39,8 +41,11 @@ inline constexpr std::array<common::EnumName<DispatchMode>, 3> kDispatchModes{
 inline constexpr std::array<common::EnumName<GradientSync>, 2> kGradientSyncs{
     {{GradientSync::kAllReduce, "all_reduce"}, {GradientSync::kFsdp, "fsdp"}}};
 
-inline constexpr std::array<common::EnumName<NetworkFidelity>, 3> kNetworkFidelities{
-    {{NetworkFidelity::kAuto, "auto"}, {NetworkFidelity::kFluid, "fluid"}, {NetworkFidelity::kFlow, "flow"}}};
+inline constexpr std::array<common::EnumName<NetworkFidelity>, 4> kNetworkFidelities{
+    {{NetworkFidelity::kAuto, "auto"},
+     {NetworkFidelity::kFluid, "fluid"},
+     {NetworkFidelity::kFlow, "flow"},
+     {NetworkFidelity::kPorts, "ports"}}};
 
 inline std::string workload_mode_name(WorkloadMode m) { return common::enum_name<WorkloadMode>(kWorkloadModes, m); }
 inline std::string dispatch_mode_name(DispatchMode m) { return common::enum_name<DispatchMode>(kDispatchModes, m); }
@@ -130,6 +135,10 @@ inline constexpr double kAutoTolerance = -1.0;
 inline constexpr double kAutoEpochTolerance = 0.02;
 inline constexpr int kAutoEpochRanks = 64;
 double auto_network_tolerance(DispatchMode dispatch, int ep_ranks);
+// Where auto moves flat and low-latency all-to-alls as port phases (docs/simulator.md, "Port
+// phases"): EP x TP of at least kAutoPortRanks GPUs, on a cluster where they fit.
+inline constexpr int kAutoPortRanks = 256;
+bool auto_port_phases(DispatchMode dispatch, int ep_ranks);
 
 struct EngineInput {
   const models::Architecture* arch = nullptr;

@@ -326,6 +326,10 @@ void GraphBuilder::build_moe_layer(StepGraph& g, const StepBatch& batch, const s
 // forwarding inside the node, pipelined: the batch moves in `forward_pieces` pieces one after the
 // other, and each piece is forwarded as soon as it has arrived.
 void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& s) {
+  if (port_phases_ && input_.options.dispatch != DispatchMode::kHierarchical) {
+    add_port_phase(g, c, slot, s, false);
+    return;
+  }
   MoeScratch& m = moe_;
   const LayerCounts& counts = m.counts;
   const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes;
@@ -393,6 +397,129 @@ void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& 
   }
 }
 
+// Port phases (docs/simulator.md, "Port phases"). Each GPU's operation moves everything it sends in
+// the phase as one activity over its own end of its routes per class (its node; other nodes), and
+// each GPU receives everything sent to it as one activity over its own end, per class. Receiving
+// starts as the first GPU of the phase starts its operation; a GPU has its data when its receiving
+// activities and every GPU's sending activities have ended (the latest of what its own ports and the
+// senders' ports take). A GPU communicates until it has its data and until the receiver it sends to
+// that takes longest to receive has its bytes: its transfer into that receiver would last as long.
+void GraphBuilder::add_port_phase(StepGraph& g, std::size_t c, int slot, Streams& s, bool combine) {
+  MoeScratch& m = moe_;
+  const LayerCounts& counts = m.counts;
+  const int ep = input_.ep, tp = input_.tp, n_gpus = gpus();
+  const double token_bytes = static_cast<double>(arch_.hidden_size) * (combine ? combine_bytes_ : dispatch_bytes_) / tp;
+  const Category cat = combine ? Category::kCombine : Category::kDispatch;
+  const double ll_latency = combine ? profile_.low_latency.combine_latency : profile_.low_latency.dispatch_latency;
+  const auto ends = 2 * static_cast<std::size_t>(n_gpus);
+  if (g.pair_bytes.empty()) g.pair_bytes.assign(static_cast<std::size_t>(n_gpus) * static_cast<std::size_t>(n_gpus), 0.0);
+  m.port_in.assign(ends, MoeScratch::PortLoad{});
+  m.port_senders.clear();
+  m.port_out.clear();
+  if (!combine) reset_lists(m.into, static_cast<std::size_t>(n_gpus));
+  // What rank a sends to rank b in this phase (dispatch: home to expert rank; combine: back).
+  auto moved = [&](int a, int b) { return combine ? exchanged(counts, c, b, a) : exchanged(counts, c, a, b); };
+  for (int a = 0; a < ep; ++a) {
+    for (int t = 0; t < tp; ++t) {
+      const int src = gpu_of(a, t);
+      double op_bytes = 0.0;
+      for (int b = 0; b < ep; ++b)
+        if (b != a) op_bytes += static_cast<double>(moved(a, b)) * token_bytes;
+      if (op_bytes <= 0.0) continue;
+      const TransferSizing sizing = phase_sizing(src, op_bytes, ll_latency);
+      const auto dep = (combine ? m.compute_done : m.attn_done)[static_cast<std::size_t>(src)];
+      auto [gate, op] = add_stream_op(g, src, dep, cat, slot, s);
+      MoeScratch::PortLoad out[2];
+      const int sn = cluster_.node_of(src);
+      for (int b = 0; b < ep; ++b) {
+        const long n = moved(a, b);
+        if (b == a || n == 0) continue;
+        const int dst = gpu_of(b, t);
+        const double bytes = static_cast<double>(n) * token_bytes;
+        const int across = cluster_.node_of(dst) != sn ? 1 : 0;
+        out[across].add(bytes, bytes * sizing.scale, sizing.latency, dst);
+        m.port_in[2 * static_cast<std::size_t>(dst) + static_cast<std::size_t>(across)].add(bytes, bytes * sizing.scale,
+                                                                                            sizing.latency, src);
+        g.pair_bytes[static_cast<std::size_t>(src) * static_cast<std::size_t>(n_gpus) + static_cast<std::size_t>(dst)] +=
+            bytes;
+      }
+      MoeScratch::PortSender sender{a, t, gate, op, static_cast<std::uint32_t>(m.port_out.size()), 0};
+      for (const auto& o : out) {
+        if (o.peer < 0) continue;
+        const auto x = add_transfer(g, src, o.peer, o.payload, cat, op_bytes, slot, {1.0, o.latency});
+        g.tasks[x].amount = o.amount;
+        g.tasks[x].side = Task::Side::kEgress;
+        g.tasks[x].held = true;
+        g.edge(gate, x);
+        m.port_out.push_back(x);
+      }
+      sender.out_end = static_cast<std::uint32_t>(m.port_out.size());
+      m.port_senders.push_back(sender);
+    }
+  }
+  if (m.port_senders.empty()) return;
+  // The phase's receiving starts with its first sender, as its first transfer would (a GPU that
+  // still computes while data arrives shares its SMs with the transfer).
+  Task first;
+  first.any_of = true;
+  const auto started = g.add(first);
+  for (const auto& snd : m.port_senders) g.edge(snd.gate, started);
+  const auto sent = g.add(Task{});
+  for (auto x : m.port_out) g.edge(x, sent);
+  auto& ready = combine ? m.arrivals : m.into;
+  m.port_in_task.assign(ends, kNoTask);
+  m.port_in_time.assign(ends, 0.0);
+  for (int dst = 0; dst < n_gpus; ++dst) {
+    Task has;  // dst has its data; it communicates until then
+    has.held_begin = static_cast<std::uint32_t>(g.held.size());
+    for (std::size_t across = 0; across < 2; ++across) {
+      const std::size_t e = 2 * static_cast<std::size_t>(dst) + across;
+      const auto& in = m.port_in[e];
+      if (in.peer < 0) continue;
+      const auto y = add_transfer(g, in.peer, dst, in.payload, cat, in.payload, slot, {1.0, in.latency});
+      g.tasks[y].amount = in.amount;
+      g.tasks[y].side = Task::Side::kIngress;
+      g.tasks[y].held = true;
+      g.edge(started, y);
+      g.held.push_back(y);
+      m.port_in_task[e] = y;
+      // How long its own end alone takes to receive it: which receiver a sender waits for longest.
+      m.port_in_time[e] = in.amount / fabric_.figures(in.peer, dst).bandwidth;
+    }
+    has.held_end = static_cast<std::uint32_t>(g.held.size());
+    if (has.held_end == has.held_begin) continue;
+    const auto got = g.add(has);
+    for (std::uint32_t i = has.held_begin; i < has.held_end; ++i) g.edge(g.held[i], got);
+    g.edge(sent, got);
+    ready[static_cast<std::size_t>(dst)].push_back(got);
+  }
+  // Each sender's operation ends, and the sender stops communicating, when its own bytes have left
+  // and its slowest receiver has received everything.
+  for (const auto& snd : m.port_senders) {
+    const int src = gpu_of(snd.rank, snd.tp);
+    const int sn = cluster_.node_of(src);
+    std::uint32_t slowest = kNoTask;
+    double longest = -1.0;
+    for (int b = 0; b < ep; ++b) {
+      if (b == snd.rank || moved(snd.rank, b) == 0) continue;
+      const int dst = gpu_of(b, snd.tp);
+      const std::size_t e = 2 * static_cast<std::size_t>(dst) + (cluster_.node_of(dst) != sn ? 1 : 0);
+      if (m.port_in_time[e] > longest) {
+        longest = m.port_in_time[e];
+        slowest = m.port_in_task[e];
+      }
+    }
+    Task done;
+    done.held_begin = static_cast<std::uint32_t>(g.held.size());
+    g.held.insert(g.held.end(), m.port_out.begin() + snd.out_begin, m.port_out.begin() + snd.out_end);
+    done.held_end = static_cast<std::uint32_t>(g.held.size());
+    const auto fin = g.add(done);
+    for (std::uint32_t i = done.held_begin; i < done.held_end; ++i) g.edge(g.held[i], fin);
+    if (slowest != kNoTask) g.edge(slowest, fin);
+    g.edge(fin, snd.op);
+  }
+}
+
 // Expert compute of chunk c on every GPU of every rank (TP: all-gather before, reduce-scatter after).
 void GraphBuilder::add_expert_compute(StepGraph& g, std::size_t c, int slot, Streams& s) {
   MoeScratch& m = moe_;
@@ -442,6 +569,10 @@ void GraphBuilder::add_expert_compute(StepGraph& g, std::size_t c, int slot, Str
 // pipelined in `forward_pieces` pieces: piece i leaves the gateway once piece i of every sender has
 // arrived there.
 void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s) {
+  if (port_phases_ && input_.options.dispatch != DispatchMode::kHierarchical) {
+    add_port_phase(g, c, slot, s, true);
+    return;
+  }
   MoeScratch& m = moe_;
   const LayerCounts& counts = m.counts;
   const int ep = input_.ep, tp = input_.tp, nodes = counts.nodes, n_gpus = gpus();

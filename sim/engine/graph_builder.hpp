@@ -5,6 +5,7 @@
 // Compute amounts are seconds at full speed already divided by the power-cap speed factor.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <vector>
@@ -36,6 +37,11 @@ class GraphBuilder {
   void build_next(StepGraph& g);
   // Draws the batches of `steps` steps without building them (a later step range starts there).
   void skip(int steps);
+  // Port phases (docs/simulator.md, "Port phases"): every flat or low-latency dispatch and combine
+  // moves as one activity per GPU over its own ports out (Task::Side::kEgress) and one into each
+  // receiving GPU (kIngress), instead of one transfer per GPU pair. Hierarchical phases keep their
+  // transfers. Set before the first step is built.
+  void set_port_phases(bool on) { port_phases_ = on; }
 
  private:
   // Where each GPU's streams stand while a step is built: the task after which the GPU's data is
@@ -84,6 +90,8 @@ class GraphBuilder {
   void add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& s);
   void add_expert_compute(StepGraph& g, std::size_t c, int slot, Streams& s);
   void add_combine(StepGraph& g, std::size_t c, int slot, Streams& s);
+  // A flat or low-latency dispatch (or, `combine`, combine) of chunk c as port phases.
+  void add_port_phase(StepGraph& g, std::size_t c, int slot, Streams& s, bool combine);
 
   std::uint32_t add_compute(StepGraph& g, int gpu, Category cat, int slot, const models::ExpertWork& w, Streams& s,
                             std::initializer_list<std::uint32_t> deps);
@@ -150,6 +158,7 @@ class GraphBuilder {
     return low_latency_ ? counts.pair_send(c, h, r) : counts.send(c, h, r);
   }
   bool low_latency_ = false;     // dispatch.mode low_latency
+  bool port_phases_ = false;
   std::int16_t dispatch_sms_ = -1;  // SMs a dispatch or combine transfer holds (Task::comm_sms)
   std::unique_ptr<LayerRouter> router_;
 
@@ -171,6 +180,27 @@ class GraphBuilder {
     std::vector<char> gateway_pieces, combine_pieces;
     std::vector<long> per_expert;
     std::vector<std::vector<std::uint32_t>> arrivals, into, at_gateway;
+    // Port phases: what one phase moves into each GPU, [2 * gpu + (from another node)].
+    struct PortLoad {
+      double payload = 0.0, amount = 0.0, latency = 0.0;
+      int peer = -1;  // the first GPU at the other end (the route whose latency it waits)
+      void add(double bytes, double wire, double lat, int other) {
+        payload += bytes;
+        amount += wire;
+        latency = std::max(latency, lat);
+        if (peer < 0) peer = other;
+      }
+    };
+    std::vector<PortLoad> port_in;
+    // A sender of the phase: its rank and TP index, its stream operation, its sending activities
+    // port_out[out_begin, out_end).
+    struct PortSender {
+      int rank = 0, tp = 0;
+      std::uint32_t gate = 0, op = 0, out_begin = 0, out_end = 0;
+    };
+    std::vector<PortSender> port_senders;
+    std::vector<std::uint32_t> port_out, port_in_task;  // port_in_task: receiving activity per [2 * gpu + class]
+    std::vector<double> port_in_time;                    // s its end alone takes to receive, same index
   };
   MoeScratch moe_;
 };

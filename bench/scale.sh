@@ -4,8 +4,9 @@
 # cases: prefill-64 decode-64 prefill-256 decode-256 prefill-1024 decode-1024 synthetic-64 synthetic-256
 # (default: all). Every trace-driven case runs DeepSeek-V3 (a generated trace) on H200 nodes of 8 GPUs
 # with one 400 Gb/s NIC each on a rail-optimized network (bench/configs/h200-{8,32,128}x8.yaml),
-# EP = GPUs, once per dispatch mode in SCALE_DISPATCH (default "flat hierarchical") and per network
-# fidelity in SCALE_FIDELITIES (default "auto flow"; study key network.fidelity); SCALE_TOLERANCE sets
+# EP = GPUs, once per dispatch mode in SCALE_DISPATCH (default "flat hierarchical"; low_latency too)
+# and per network fidelity in SCALE_FIDELITIES (default "auto flow"; any value of the study key
+# network.fidelity: auto, fluid, flow, ports); SCALE_TOLERANCE sets
 # network.tolerance (the fluid network's epochs) on the auto and fluid runs. Prefill: one step
 # of 128 tokens per GPU; decode: 2 steps of 32 sequences per GPU. The synthetic cases are the fixed
 # workload of the side-by-side comparison in docs/simulator.md (58 layers x 10 steps of 300 us
@@ -14,7 +15,7 @@
 # Each run is limited to SCALE_TIMEOUT seconds of wall time (default 600); a run that does not
 # finish prints "timeout" and its limit. Columns: CPU s (user + sys of the whole run, children
 # included), wall s, peak MiB (largest resident set), simulated step (mean, ms), ran (the fidelity
-# results.json says ran: aggregated or flow), vs flow (the step time against the same case's flow
+# results.json says ran: ports, aggregated, fluid or flow), vs flow (the step time against the same case's flow
 # run, when both ran). One simulation process (MOESIM_JOBS=1): CPU and wall measure the same work.
 set -euo pipefail
 build=${1:?usage: bash bench/scale.sh BUILD_DIR [case ...]}

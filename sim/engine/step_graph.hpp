@@ -28,14 +28,22 @@ inline constexpr std::array<const char*, 11> kCategoryNames{"attention",      "d
 inline const char* category_name(Category c) { return kCategoryNames[static_cast<std::size_t>(c)]; }
 
 struct Task {
+  // Fields ordered to pack (graphs of a large step hold millions of tasks).
+  // transfer: where it moves (docs/simulator.md, "Port phases"): kRoute on the route from gpu to dst;
+  // kEgress on gpu's own ports only (the source side of that route), kIngress on dst's own ports only
+  // (its destination side): a phase's bytes out of one GPU, or into one, as one activity.
+  enum class Side : std::uint8_t { kRoute, kEgress, kIngress };
   TaskKind kind = TaskKind::kJoin;
   Category category = Category::kOther;
   bool timeline = false;  // join: a stream operation worth drawing
   bool any_of = false;    // join: starts when its first predecessor completes (not its last)
   bool held = false;      // transfer: its GPUs stay communicating after it ends (see held_begin)
+  Side side = Side::kRoute;
+  std::int16_t comm_sms = -1;  // transfer: SMs its operation's kernels hold (-1: the profile's; 0: none)
   int gpu = -1;           // compute: host; transfer: source; join: the GPU whose stream it belongs to
   int dst = -1;           // transfer: destination
   int layer = -1;         // index into the layer table, -1 for none
+  int pending = 0;        // predecessors not yet complete
   double merged_part = 0.0;  // transfer: > 0 when it stands for its source's whole uniform all-to-all
                              // (this many bytes to every other GPU; see GraphBuilder::build_synthetic_step)
   double amount = 0.0;    // compute: seconds at full speed; transfer: bytes on the wire
@@ -43,17 +51,10 @@ struct Task {
   double latency = 0.0;   // transfer: s before its first byte moves (its operation's fixed cost); 0: the route's
   double flops = 0.0;     // compute: FLOP, for the contention lookup
   models::ComputeClass compute_class = models::ComputeClass::kComputeBound;  // compute: its roofline class
+  models::CollectiveOp comm_op = models::CollectiveOp::kAllToAll;
   double power = 0.0;     // compute: W it draws alone, uncapped, at the full clock (models::kernel_power)
   double power_with_comm = 0.0;  // compute: W while its GPU also communicates (models::kernel_power_with_comm)
-  std::int16_t comm_sms = -1;  // transfer: SMs its operation's kernels hold (-1: the profile's; 0: none)
-  // transfer: where it moves (docs/simulator.md, "Port phases"): kRoute on the route from gpu to dst;
-  // kEgress on gpu's own ports only (the source side of that route), kIngress on dst's own ports only
-  // (its destination side): a phase's bytes out of one GPU, or into one, as one activity.
-  enum class Side : std::uint8_t { kRoute, kEgress, kIngress };
-  Side side = Side::kRoute;
   double op_bytes = 0.0;  // transfer: bytes of the whole operation it belongs to (contention lookup)
-  models::CollectiveOp comm_op = models::CollectiveOp::kAllToAll;
-  int pending = 0;        // predecessors not yet complete
   double start = -1.0, end = -1.0;
   std::uint32_t gate = 0;  // join of a stream operation: the task that opened it
   // join: StepGraph::held[held_begin, held_end) are port-phase transfers (Task::Side) whose GPUs stay

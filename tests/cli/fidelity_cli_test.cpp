@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/test_support.hpp"
@@ -33,6 +34,16 @@ nlohmann::json run_study(const TempDir& tmp, const std::string& yaml) {
   const auto r = run_moesim({"run", (tmp / "s.yaml").string(), "-o", (tmp / "out").string(), "-q"});
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   return nlohmann::json::parse(read_text(tmp / "out" / "results.json"));
+}
+
+// A traced decode of `sequences` sequences, one step, swept over EP (`eps`) and the three dispatch modes.
+std::string dispatch_sweep(const std::string& arch, const std::string& cluster, const std::string& trace, int sequences,
+                           const std::string& eps) {
+  return "schema_version: 1\nkind: study\nname: dispatch-sweep\nbase:\n  architecture: " + arch +
+         "\n  cluster: " + cluster + "\n  trace: " + trace + "\n  parallelism: {tp: 1}\n" +
+         "  workload: {mode: decode, batch_sequences: " + std::to_string(sequences) + ", steps: 1}\n" +
+         "  placement: {policy: contiguous}\n  overlap: {policy: sequential, timelines: requested}\n" +
+         "sweep:\n  parallelism.ep: [" + eps + "]\n  dispatch.mode: [flat, hierarchical, low_latency]\n";
 }
 
 const nlohmann::json& variant(const nlohmann::json& doc, const std::string& name) {
@@ -151,14 +162,7 @@ TEST_CASE("network.tolerance: auto solves in epochs where a flat or low-latency 
   TempDir tmp;
   const std::string trace = (moesim::testing::source_dir() / "traces/data/deepseek-v2-lite-intent.mtr").string();
   const std::string cluster = (moesim::testing::source_dir() / "bench/configs/h200-8x8.yaml").string();
-  const std::string yaml =
-      "schema_version: 1\nkind: study\nname: auto-tolerance\nbase:\n"
-      "  architecture: deepseek-v2-lite\n  cluster: " + cluster + "\n  trace: " + trace + "\n"
-      "  parallelism: {tp: 1, ep: 64}\n"
-      "  workload: {mode: decode, batch_sequences: 64, steps: 1}\n"
-      "  placement: {policy: contiguous}\n  overlap: {policy: sequential, timelines: requested}\n"
-      "sweep:\n  parallelism.ep: [64, 32]\n  dispatch.mode: [flat, hierarchical, low_latency]\n";
-  const auto doc = run_study(tmp, yaml);
+  const auto doc = run_study(tmp, dispatch_sweep("deepseek-v2-lite", cluster, trace, 64, "64, 32"));
   REQUIRE(doc.at("variants").size() == 6);
   for (const auto& v : doc.at("variants")) {
     CAPTURE(v.at("name").get<std::string>());
@@ -198,8 +202,38 @@ std::string traced_study(const std::string& extra) {
          extra;
 }
 
-double mean_step(const nlohmann::json& v) {
-  return v.at("step_latency_s").at("mean").get<double>();
+double mean_step(const nlohmann::json& v) { return v.at("step_latency_s").at("mean").get<double>(); }
+
+// Variants in pairs, the exact fluid network and port phases, each pair with the settings `extra`
+// (", key: value, ...") and its names ending in `suffix`: {suffix, extra}.
+std::string fluid_and_ports(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  std::string out = "variants:\n";
+  for (const auto& [suffix, extra] : pairs)
+    out += "  - {name: fluid" + suffix + ", set: {network.fidelity: fluid, network.tolerance: 0" + extra + "}}\n" +
+           "  - {name: ports" + suffix + ", set: {network.fidelity: ports" + extra + "}}\n";
+  return out;
+}
+
+// `moesim run` of `yaml` (written to tmp/NAME.yaml, with `extra` arguments) stops with exit 2, its
+// message says each of `says`, and it writes no results.
+void check_refused(const TempDir& tmp, const std::string& name, const std::string& yaml,
+                   const std::vector<std::string>& says, const std::vector<std::string>& extra = {}) {
+  write_text(tmp / (name + ".yaml"), yaml);
+  std::vector<std::string> args{"run", (tmp / (name + ".yaml")).string(), "-o", (tmp / ("out-" + name)).string(), "-q"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const auto r = run_moesim(args);
+  CHECK(r.exit_code == 2);
+  for (const auto& text : says) CHECK_MESSAGE(r.err.find(text) != std::string::npos, text << " in: " << r.err);
+  CHECK(!fs::exists(tmp / ("out-" + name) / "results.json"));
+}
+
+// Port phases ran, and their step and energy are within 3% of the exact fluid network's
+// (docs/simulator.md, "Port phases").
+void check_near(const nlohmann::json& fluid, const nlohmann::json& ports) {
+  CHECK(ports.at("network_fidelity_ran") == "ports");
+  CHECK(mean_step(ports) == doctest::Approx(mean_step(fluid)).epsilon(3e-2));
+  CHECK(ports.at("energy_per_step_J").get<double>() ==
+        doctest::Approx(fluid.at("energy_per_step_J").get<double>()).epsilon(3e-2));
 }
 
 // The engine's figures of a variant's (one) timeline: activities, traffic.
@@ -215,24 +249,15 @@ TEST_CASE(
   // docs/simulator.md, "Port phases": measured on this case, steps +0.9% (flat) and +2.2% (low
   // latency), energy +0.2% and +1.0%.
   TempDir tmp;
-  const auto doc = run_study(
-      tmp, traced_study("variants:\n"
-                        "  - {name: fluid, set: {network.fidelity: fluid, network.tolerance: 0}}\n"
-                        "  - {name: ports, set: {network.fidelity: ports}}\n"
-                        "  - {name: fluid-ll, set: {network.fidelity: fluid, network.tolerance: 0, "
-                        "dispatch.mode: low_latency}}\n"
-                        "  - {name: ports-ll, set: {network.fidelity: ports, dispatch.mode: low_latency}}\n"));
+  const auto doc = run_study(tmp, traced_study(fluid_and_ports({{"", ""}, {"-ll", ", dispatch.mode: low_latency"}})));
   for (const std::string mode : {"", "-ll"}) {
     CAPTURE(mode);
     const auto& fluid = variant(doc, "fluid" + mode);
     const auto& ports = variant(doc, "ports" + mode);
+    check_near(fluid, ports);
     CHECK(fluid.at("network_fidelity_ran") == "fluid");
-    CHECK(ports.at("network_fidelity_ran") == "ports");
     CHECK(ports.at("inputs").at("network_fidelity") == "ports");
-    CHECK(mean_step(ports) == doctest::Approx(mean_step(fluid)).epsilon(3e-2));
     CHECK(mean_step(ports) != mean_step(fluid));  // a model of its own, not the fluid network's flows
-    CHECK(ports.at("energy_per_step_J").get<double>() ==
-          doctest::Approx(fluid.at("energy_per_step_J").get<double>()).epsilon(3e-2));
     const auto rf = variant_result(tmp, "fluid" + mode);
     const auto rp = variant_result(tmp, "ports" + mode);
     // One activity per GPU end and phase: far fewer than fluid's one per GPU pair.
@@ -258,22 +283,11 @@ TEST_CASE("network.fidelity: ports follows the exact fluid network with TP 2 and
   // The same decode with TP 2 (EP 32: each TP index its own phase) and, at EP 64, with policy
   // overlapped (the phases of a layer's chunks share the ports). Measured +1.5% and +0.65%.
   TempDir tmp;
-  const auto doc = run_study(
-      tmp, traced_study("variants:\n"
-                        "  - {name: fluid-tp2, set: {network.fidelity: fluid, network.tolerance: 0, parallelism.tp: 2, "
-                        "parallelism.ep: 32}}\n"
-                        "  - {name: ports-tp2, set: {network.fidelity: ports, parallelism.tp: 2, parallelism.ep: 32}}\n"
-                        "  - {name: fluid-ov, set: {network.fidelity: fluid, network.tolerance: 0, overlap.policy: "
-                        "overlapped}}\n"
-                        "  - {name: ports-ov, set: {network.fidelity: ports, overlap.policy: overlapped}}\n"));
+  const auto doc = run_study(tmp, traced_study(fluid_and_ports({{"-tp2", ", parallelism.tp: 2, parallelism.ep: 32"},
+                                                                {"-ov", ", overlap.policy: overlapped"}})));
   for (const std::string what : {"-tp2", "-ov"}) {
     CAPTURE(what);
-    const auto& fluid = variant(doc, "fluid" + what);
-    const auto& ports = variant(doc, "ports" + what);
-    CHECK(ports.at("network_fidelity_ran") == "ports");
-    CHECK(mean_step(ports) == doctest::Approx(mean_step(fluid)).epsilon(3e-2));
-    CHECK(ports.at("energy_per_step_J").get<double>() ==
-          doctest::Approx(fluid.at("energy_per_step_J").get<double>()).epsilon(3e-2));
+    check_near(variant(doc, "fluid" + what), variant(doc, "ports" + what));
   }
 }
 
@@ -286,15 +300,7 @@ TEST_CASE(
       {"trace", "generate", "--architecture", "deepseek-v3", "--tokens", "512", "--seed", "3", "-o", trace.string()});
   REQUIRE_MESSAGE(g.exit_code == 0, g.err);
   const auto cluster = moesim::testing::source_dir() / "bench/configs/h200-32x8.yaml";
-  const std::string yaml =
-      "schema_version: 1\nkind: study\nname: auto-ports\nbase:\n"
-      "  architecture: deepseek-v3\n  cluster: " +
-      cluster.string() + "\n  trace: " + trace.string() +
-      "\n"
-      "  workload: {mode: decode, batch_sequences: 256, steps: 1}\n"
-      "  placement: {policy: contiguous}\n  overlap: {policy: sequential, timelines: requested}\n"
-      "sweep:\n  parallelism.ep: [256, 128]\n  dispatch.mode: [flat, hierarchical, low_latency]\n";
-  const auto doc = run_study(tmp, yaml);
+  const auto doc = run_study(tmp, dispatch_sweep("deepseek-v3", cluster.string(), trace.string(), 256, "256, 128"));
   REQUIRE(doc.at("variants").size() == 6);
   for (const auto& v : doc.at("variants")) {
     CAPTURE(v.at("name").get<std::string>());
@@ -309,24 +315,10 @@ TEST_CASE(
     "network.fidelity: ports is refused with hierarchical dispatch, a mesh cluster and an activity dump, naming the "
     "fix") {
   TempDir tmp;
-  write_text(tmp / "h.yaml", traced_study("  dispatch: {mode: hierarchical}\n  network: {fidelity: ports}\n"));
-  const auto h = run_moesim({"run", (tmp / "h.yaml").string(), "-o", (tmp / "out-h").string(), "-q"});
-  CHECK(h.exit_code == 2);
-  CHECK(h.err.find("dispatch.mode is hierarchical") != std::string::npos);
-  CHECK(h.err.find("dispatch.mode flat or low_latency") != std::string::npos);
-  CHECK(!fs::exists(tmp / "out-h" / "results.json"));
-
-  write_text(tmp / "m.yaml", synthetic_study("a100-sxm-4gpu", "  network: {fidelity: ports}\n"));
-  const auto m = run_moesim({"run", (tmp / "m.yaml").string(), "-o", (tmp / "out-m").string(), "-q"});
-  CHECK(m.exit_code == 2);
-  CHECK(m.err.find("a100-sxm-4gpu") != std::string::npos);
-  CHECK(m.err.find("choose network.fidelity auto or fluid") != std::string::npos);
-  CHECK(!fs::exists(tmp / "out-m" / "results.json"));
-
-  write_text(tmp / "d.yaml", traced_study("  network: {fidelity: ports}\n"));
-  const auto d = run_moesim({"run", (tmp / "d.yaml").string(), "-o", (tmp / "out-d").string(), "-q",
-                             "--dump-activities", (tmp / "steps.dump").string()});
-  CHECK(d.exit_code == 2);
-  CHECK(d.err.find("dump with network.fidelity fluid or flow") != std::string::npos);
-  CHECK(!fs::exists(tmp / "out-d" / "results.json"));
+  check_refused(tmp, "h", traced_study("  dispatch: {mode: hierarchical}\n  network: {fidelity: ports}\n"),
+                {"dispatch.mode is hierarchical", "dispatch.mode flat or low_latency"});
+  check_refused(tmp, "m", synthetic_study("a100-sxm-4gpu", "  network: {fidelity: ports}\n"),
+                {"a100-sxm-4gpu", "choose network.fidelity auto or fluid"});
+  check_refused(tmp, "d", traced_study("  network: {fidelity: ports}\n"), {"dump with network.fidelity fluid or flow"},
+                {"--dump-activities", (tmp / "steps.dump").string()});
 }

@@ -94,7 +94,8 @@ SimResult simulate(const EngineInput& in) {
   // SimGrid setting of the study keeps SimGrid's flows (docs/simulator.md, "Network fidelity").
   const std::size_t own_settings = engine_args(EngineOptions{}).size();
   const bool own_settings_only = args.size() == own_settings;
-  const bool own_network = in.options.fidelity == NetworkFidelity::kFluid || in.options.fidelity == NetworkFidelity::kPorts;
+  const bool own_network =
+      in.options.fidelity == NetworkFidelity::kFluid || in.options.fidelity == NetworkFidelity::kPorts;
   if (own_network && !own_settings_only) {
     std::string settings;
     for (std::size_t i = own_settings; i < args.size(); ++i)
@@ -108,10 +109,9 @@ SimResult simulate(const EngineInput& in) {
       own_network || (in.options.fidelity == NetworkFidelity::kAuto && own_settings_only)
           ? Transfers::kFluid
           : Transfers::kSimGrid;
-  Platform platform(fabric, latency_factor, in.options.prune_routes, transfers,
-                    !in.options.dump_activities.empty());
-  // Port phases: asked for, or chosen by auto where they fit (docs/simulator.md, "Port phases").
   const bool dumping = !in.options.dump_activities.empty();
+  Platform platform(fabric, latency_factor, in.options.prune_routes, transfers, dumping);
+  // Port phases: asked for, or chosen by auto where they fit (docs/simulator.md, "Port phases").
   bool port_phases = false;
   if (in.options.fidelity == NetworkFidelity::kPorts) {
     if (in.options.dispatch == DispatchMode::kHierarchical)
@@ -140,7 +140,7 @@ SimResult simulate(const EngineInput& in) {
     platform.set_network_tolerance(tolerance);
   }
   std::unique_ptr<ActivityDump> dump;
-  if (!in.options.dump_activities.empty()) {
+  if (dumping) {
     std::vector<std::string> cfg(args.begin() + 1, args.end());
     for (auto& c : cfg) c.erase(0, 6);  // "--cfg="
     dump = std::make_unique<ActivityDump>(in.options.dump_activities, in.options.contention, cfg);

@@ -7,12 +7,6 @@
 
 namespace moesim::sim {
 
-namespace {
-
-constexpr double kUnlimited = kUnlimitedBandwidth;
-
-}  // namespace
-
 FabricFigures fabric_figures(const models::Cluster& c, const models::Profile& profile) {
   const bool pcie = c.intra_node.kind == models::FabricKind::kPcie;
   FabricFigures f;
@@ -70,15 +64,16 @@ void Fabric::add_network() {
     }
   switch (net.topology) {
     case models::TopologyKind::kSingleSwitch:
-      backbone_ = add("switch", net.switch_bandwidth > 0 ? net.switch_bandwidth : kUnlimited, net.switch_latency, true);
+      backbone_ = add("switch", net.switch_bandwidth > 0 ? net.switch_bandwidth : kUnlimitedBandwidth,
+                      net.switch_latency, true);
       break;
     case models::TopologyKind::kRailOptimized:
       for (int k = 0; k < nics_per_node; ++k) {
-        rails_.push_back(add("rail" + std::to_string(k), kUnlimited, net.switch_latency));
+        rails_.push_back(add("rail" + std::to_string(k), kUnlimitedBandwidth, net.switch_latency));
         rail_uplinks_.push_back(add("rail" + std::to_string(k) + "-spine",
-                                    net.spine_bandwidth > 0 ? net.spine_bandwidth : kUnlimited, 0.0));
+                                    net.spine_bandwidth > 0 ? net.spine_bandwidth : kUnlimitedBandwidth, 0.0));
       }
-      spine_ = add("spine", kUnlimited, net.spine_latency, true);
+      spine_ = add("spine", kUnlimitedBandwidth, net.spine_latency, true);
       break;
     case models::TopologyKind::kFatTree: {
       // One aggregated uplink per switch and level (bandwidth = links x parallel links x rate).

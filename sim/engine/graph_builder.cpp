@@ -326,7 +326,7 @@ void GraphBuilder::build_moe_layer(StepGraph& g, const StepBatch& batch, const s
 // forwarding inside the node, pipelined: the batch moves in `forward_pieces` pieces one after the
 // other, and each piece is forwarded as soon as it has arrived.
 void GraphBuilder::add_dispatch(StepGraph& g, std::size_t c, int slot, Streams& s) {
-  if (port_phases_ && input_.options.dispatch != DispatchMode::kHierarchical) {
+  if (port_phases_) {
     add_port_phase(g, c, slot, s, false);
     return;
   }
@@ -569,7 +569,7 @@ void GraphBuilder::add_expert_compute(StepGraph& g, std::size_t c, int slot, Str
 // pipelined in `forward_pieces` pieces: piece i leaves the gateway once piece i of every sender has
 // arrived there.
 void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s) {
-  if (port_phases_ && input_.options.dispatch != DispatchMode::kHierarchical) {
+  if (port_phases_) {
     add_port_phase(g, c, slot, s, true);
     return;
   }

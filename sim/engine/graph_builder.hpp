@@ -40,8 +40,8 @@ class GraphBuilder {
   // Port phases (docs/simulator.md, "Port phases"): every flat or low-latency dispatch and combine
   // moves as one activity per GPU over its own ports out (Task::Side::kEgress) and one into each
   // receiving GPU (kIngress), instead of one transfer per GPU pair. Hierarchical phases keep their
-  // transfers. Set before the first step is built.
-  void set_port_phases(bool on) { port_phases_ = on; }
+  // transfers (`on` does nothing there). Set before the first step is built.
+  void set_port_phases(bool on) { port_phases_ = on && input_.options.dispatch != DispatchMode::kHierarchical; }
 
  private:
   // Where each GPU's streams stand while a step is built: the task after which the GPU's data is

@@ -173,7 +173,7 @@ Platform::Platform(const Fabric& fabric, LatencyFactor latency_factor, bool prun
       if (fluid) {
         const bool across = fabric.node_of(a) != fabric.node_of(b);
         auto keep = [&](int gpu, bool receiving, std::size_t from, std::size_t to) {
-          const std::size_t slot = 4 * static_cast<std::size_t>(gpu) + (across ? 2 : 0) + (receiving ? 1 : 0);
+          const std::size_t slot = end_slot(gpu, across, receiving);
           if (end_hops_[slot] != kUnsetEnd) return;
           std::uint8_t count = 0;
           for (std::size_t k = from; k < to; ++k) {
@@ -236,8 +236,7 @@ void Platform::send_end(int src, int dst, bool destination_end, double bytes, do
   const auto payload = static_cast<std::uint64_t>(std::llround(bytes));
   const double wait = transfer_latency(src, dst, static_cast<double>(payload), latency);
   const int gpu = destination_end ? dst : src;
-  const std::size_t slot = 4 * static_cast<std::size_t>(gpu) + (fabric_.node_of(src) != fabric_.node_of(dst) ? 2 : 0) +
-                           (destination_end ? 1 : 0);
+  const std::size_t slot = end_slot(gpu, fabric_.node_of(src) != fabric_.node_of(dst), destination_end);
   if (end_hops_[slot] == kUnsetEnd)
     throw std::logic_error("no route end of GPU " + std::to_string(gpu) + " for " + std::to_string(src) + " -> " +
                            std::to_string(dst));

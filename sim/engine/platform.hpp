@@ -102,7 +102,10 @@ class Platform {
   std::vector<int> fluid_link_;
   std::vector<std::uint32_t> route_first_;
   std::vector<int> route_links_;
-  // Per GPU, the fluid links of its end of its routes: [4 * gpu + 2 * (other node) + (receiving)].
+  // Per GPU, the fluid links of its end of its routes: [end_slot(...)].
+  static std::size_t end_slot(int gpu, bool across, bool receiving) {
+    return 4 * static_cast<std::size_t>(gpu) + (across ? 2 : 0) + (receiving ? 1 : 0);
+  }
   std::vector<std::array<int, 2>> end_links_;
   std::vector<std::uint8_t> end_hops_;
   bool port_phases_fit_ = true;

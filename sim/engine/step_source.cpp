@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "sim/placement/routing_rule.hpp"
+#include "traces/sampling.hpp"
 
 namespace moesim::sim {
 
@@ -179,7 +180,97 @@ class PrefillSource final : public StepSource {
   std::uint64_t started_ = 0;
 };
 
+class SequenceReader final : public traces::TraceReader {
+ public:
+  SequenceReader(const traces::TraceShape& shape, long length) : length_(length) {
+    if (length < 1) throw common::InputError("trace: balanced needs workload.sequence_length >= 1");
+    meta_.shape = shape;
+    meta_.source = "trace: balanced (no recorded routing: sequences of " + std::to_string(length) + " tokens)";
+    meta_.token_count = static_cast<std::uint64_t>(length);
+    meta_.sequence_count = 1;
+  }
+  const traces::TraceMeta& meta() const override { return meta_; }
+  bool next(traces::TokenBlock& block, std::size_t max_tokens) override {
+    block.clear();
+    const std::size_t per = meta_.shape.layers.size() * static_cast<std::size_t>(meta_.shape.top_k);
+    while (block.size() < max_tokens && next_ < static_cast<std::size_t>(length_)) {
+      block.sequence.push_back(0);
+      block.position.push_back(static_cast<std::uint32_t>(next_++));
+      for (std::size_t i = 0; i < per; ++i)
+        block.experts.push_back(static_cast<std::uint16_t>(i % static_cast<std::size_t>(meta_.shape.top_k)));
+    }
+    return block.size() > 0;
+  }
+  void rewind() override { next_ = 0; }
+
+ private:
+  traces::TraceMeta meta_;
+  long length_;
+  std::size_t next_ = 0;
+};
+
+class BalancedSource final : public StepSource {
+ public:
+  BalancedSource(std::unique_ptr<StepSource> inner, int experts, int top_k, std::size_t layers, std::uint64_t seed)
+      : inner_(std::move(inner)), experts_(experts), k_(top_k), layers_(layers), seed_(seed) {
+    if (experts < 1 || top_k < 1 || top_k > experts)
+      throw common::InputError("balanced routing needs 1 <= top_k <= experts");
+    deck_.resize(static_cast<std::size_t>(experts));
+  }
+
+  bool next(StepBatch& step) override {
+    if (!inner_->next(step)) return false;
+    traces::Rng rng(traces::mix_seed(seed_, step_++));
+    // The step's tokens by home rank, in step order.
+    std::vector<std::vector<std::size_t>> by_home(step.attention.size());
+    for (std::size_t t = 0; t < step.size(); ++t) by_home[static_cast<std::size_t>(step.home[t])].push_back(t);
+    const auto k = static_cast<std::size_t>(k_);
+    const std::size_t per = layers_ * k;
+    for (std::size_t l = 0; l < layers_; ++l)
+      for (const auto& tokens : by_home) {
+        std::size_t used = deck_.size();  // an empty deck: shuffle on first use
+        for (const std::size_t t : tokens) {
+          std::uint16_t* out = step.experts.data() + t * per + l * k;
+          for (std::size_t j = 0; j < k; ++j) {
+            if (used == deck_.size()) {
+              for (std::size_t e = 0; e < deck_.size(); ++e) deck_[e] = static_cast<std::uint16_t>(e);
+              traces::shuffle(deck_, rng);
+              used = 0;
+            }
+            // A deck begun in the middle of a token may repeat one of its experts: take the next
+            // card it does not have (one exists: the deck holds all E >= k experts).
+            std::size_t pick = used;
+            while (std::find(out, out + j, deck_[pick]) != out + j) ++pick;
+            std::swap(deck_[used], deck_[pick]);
+            out[j] = deck_[used++];
+          }
+        }
+      }
+    return true;
+  }
+  bool repeated() const override { return false; }
+  std::uint64_t sequences_started() const override { return inner_->sequences_started(); }
+
+ private:
+  std::unique_ptr<StepSource> inner_;
+  int experts_;
+  int k_;
+  std::size_t layers_;
+  std::uint64_t seed_;
+  std::uint64_t step_ = 0;
+  std::vector<std::uint16_t> deck_;
+};
+
 }  // namespace
+
+std::unique_ptr<traces::TraceReader> make_sequence_reader(const traces::TraceShape& shape, long sequence_length) {
+  return std::make_unique<SequenceReader>(shape, sequence_length);
+}
+
+std::unique_ptr<StepSource> make_balanced_source(std::unique_ptr<StepSource> inner, int num_experts, int top_k,
+                                                 std::size_t layers, std::uint64_t seed) {
+  return std::make_unique<BalancedSource>(std::move(inner), num_experts, top_k, layers, seed);
+}
 
 std::unique_ptr<StepSource> make_decode_source(traces::TraceReader& reader, int dp, int batch_sequences,
                                                bool staggered) {

@@ -73,6 +73,18 @@ class SequenceCursor {
   std::size_t prune_at_ = 64;
 };
 
+// `trace: balanced` (docs/simulator.md, "Balanced routing"): sequences with no recorded routing. A
+// reader of one sequence of `sequence_length` tokens in `shape`, read again and again, its routing a
+// placeholder (experts 0 .. k-1) that make_balanced_source replaces.
+std::unique_ptr<traces::TraceReader> make_sequence_reader(const traces::TraceShape& shape, long sequence_length);
+// Replaces the routing of every step `inner` makes by perfectly balanced routing: per MoE layer and
+// home rank, the rank's tokens in step order draw their k experts from shuffled decks of all E
+// experts, a fresh deck when one runs out (no expert twice for a token), so that every expert gets
+// the same number of each rank's tokens, within one. Step i shuffles with mix_seed(seed, i): the
+// same steps in every process and step range. repeated() is false: nothing recorded is replayed.
+std::unique_ptr<StepSource> make_balanced_source(std::unique_ptr<StepSource> inner, int num_experts, int top_k,
+                                                 std::size_t layers, std::uint64_t seed);
+
 std::unique_ptr<StepSource> make_decode_source(traces::TraceReader& reader, int dp, int batch_sequences,
                                                bool staggered = true);
 std::unique_ptr<StepSource> make_prefill_source(traces::TraceReader& reader, int dp, long tokens_per_step);

@@ -162,6 +162,8 @@ void read_inputs(const VariantReader& r, const nlohmann::json& in, VariantResult
   s.tp = r.integer(in, "tp", ip);
   s.ep = r.integer(in, "ep", ip);
   s.workload.mode = r.enum_value(in, "mode", ip, kWorkloadModes);
+  // Results written before trace: balanced existed replayed their trace.
+  if (in.contains("routing")) s.balanced_routing = r.text(in, "routing", ip) == "balanced";
   // The label the tables print (a policy, or a placement file's name).
   s.placement.policy = r.text(in, "placement", ip);
   s.overlap.policy = r.enum_value(in, "overlap", ip, kOverlapPolicies);
@@ -246,6 +248,7 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
         {"tp", sc.tp},
         {"ep", sc.ep},
         {"mode", workload_mode_name(sc.workload.mode)},
+        {"routing", sc.balanced_routing ? "balanced" : sc.trace.empty() ? "none" : "trace"},
         {"placement", placement_label(sc)},
         {"overlap", overlap_policy_name(sc.overlap.policy)},
         {"chunks", sc.overlap.chunks},

@@ -52,7 +52,12 @@ std::function<SimResult()> timeline_job(const Scenario& s, const VariantInputs& 
   return [&s, &in, options = std::move(options), &ahead]() mutable {
     std::unique_ptr<traces::TraceReader> reader;
     std::unique_ptr<StepSource> source;
-    if (needs_trace(s, in.arch)) {
+    if (s.balanced_routing) {
+      const traces::TraceShape shape{in.arch.name, in.arch.moe_layers, in.arch.num_experts, in.arch.top_k};
+      reader = make_sequence_reader(shape, s.workload.sequence_length);
+      source = make_balanced_source(make_source(s, *reader, in.ep), in.arch.num_experts, in.arch.top_k,
+                                    in.arch.moe_layers.size(), s.seed);
+    } else if (needs_trace(s, in.arch)) {
       reader = std::make_unique<traces::CachingTraceReader>(traces::open_trace(s.trace));
       source = make_source(s, *reader, in.ep);
     }
@@ -220,7 +225,7 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
   }
   out.layer_chunks = requested;
   // The trace's hash goes into the results only: computed here while the children simulate.
-  const bool hash_trace = needs_trace(s, in.arch);
+  const bool hash_trace = needs_trace(s, in.arch) && !s.trace.empty();
   const std::vector<TimelinePlan> plans = plan_timelines(s, layers, requested);
   out.timelines = run_plans(s, in, plans, s.workload.steps, options.dump_activities, [&] {
     if (hash_trace && in.trace_sha256.empty()) in.trace_sha256 = cached_sha256(s.trace);

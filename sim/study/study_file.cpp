@@ -234,8 +234,15 @@ bool parse_trace(const YamlNode& node, const models::Architecture& arch, const f
                  Scenario& s) {
   const bool synthetic = s.workload.mode == WorkloadMode::kSynthetic;
   std::optional<YamlNode> trace_node = node.find("trace");
-  const bool has_trace = trace_node && !(trace_node->is_scalar() && trace_node->as_string() == "none");
-  if (has_trace) {
+  const bool balanced = trace_node && trace_node->is_scalar() && trace_node->as_string() == "balanced";
+  const bool has_trace = trace_node && !balanced && !(trace_node->is_scalar() && trace_node->as_string() == "none");
+  if (balanced) {
+    if (!arch.is_moe() || (s.workload.mode != WorkloadMode::kPrefill && s.workload.mode != WorkloadMode::kDecode))
+      trace_node->fail("expected trace: balanced only for prefill or decode of an MoE model (it replaces recorded "
+                       "routing), got workload.mode " + workload_mode_name(s.workload.mode) + " of " + arch.name +
+                       "; give a trace file" + (arch.is_moe() ? "" : " or trace: none"));
+    s.balanced_routing = true;
+  } else if (has_trace) {
     if (!arch.is_moe())
       trace_node->fail("expected no trace for " + arch.name +
                        ", a dense model (it has no routing to replay), got one; remove it or write trace: none");
@@ -251,8 +258,8 @@ bool parse_trace(const YamlNode& node, const models::Architecture& arch, const f
       trace_node->fail(mismatch);
   } else if (arch.is_moe() && !synthetic) {
     (trace_node ? *trace_node : node)
-        .fail("expected a trace (the routing to replay) for workload.mode " + workload_mode_name(s.workload.mode) +
-              " of " + arch.name + ", an MoE model, got none");
+        .fail("expected a trace (the routing to replay, or balanced for prefill and decode) for workload.mode " +
+              workload_mode_name(s.workload.mode) + " of " + arch.name + ", an MoE model, got none");
   }
   return has_trace;
 }
@@ -266,7 +273,8 @@ void parse_placement(const YamlNode& pl, const models::Architecture& arch, bool 
     s.placement.policy = policy->as_enum(names);
     const bool synthetic = s.workload.mode == WorkloadMode::kSynthetic;
     if (arch.is_moe() && !synthetic && !has_trace && loaded.registry.create(s.placement.policy)->needs_routing())
-      policy->fail("placement policy " + s.placement.policy + " is solved on routing statistics: give a trace");
+      policy->fail("placement policy " + s.placement.policy + " is solved on routing statistics: give a trace" +
+                   (s.balanced_routing ? " file (trace: balanced has no recorded routing)" : ""));
   }
   std::optional<YamlNode> file = pl.find("file");
   if (file && file->is_scalar() && file->as_string() == "none") file.reset();
@@ -467,7 +475,7 @@ std::string name_part(const std::string& path, const YamlNode& value) {
   std::string text = value.raw().Scalar();
   const bool is_path = path == "trace" || path == "placement.file" ||
                        ((path == "architecture" || path == "cluster" || path == "profile") && looks_like_path(text));
-  if (is_path && text != "none") text = fs::path(text).stem().string();
+  if (is_path && text != "none" && text != "balanced") text = fs::path(text).stem().string();
   if (text.empty()) return "empty";
   // "4" alone says little in a name: numbers and sizes carry their key ("ep4", "chunks8", "power_cap450W").
   if (!is_path && ((text[0] >= '0' && text[0] <= '9') || text[0] == '-' || text[0] == '+'))
@@ -671,7 +679,8 @@ std::string scenario_to_yaml(const Scenario& s) {
        "# base, so `base:` followed by these lines indented is a study of this variant alone.\n";
   y << "architecture: " << quoted_yaml(s.architecture) << "\ncluster: " << quoted_yaml(s.cluster) << "\n";
   if (!s.profile.empty()) y << "profile: " << quoted_yaml(s.profile) << "\n";
-  y << "trace: " << (s.trace.empty() ? std::string("none") : quoted_yaml(s.trace)) << "\n";
+  y << "trace: " << (s.balanced_routing ? std::string("balanced") : s.trace.empty() ? std::string("none")
+                                                                                     : quoted_yaml(s.trace)) << "\n";
   y << "parallelism: {tp: " << s.tp << ", ep: " << s.ep << "}\n";
   const Workload& w = s.workload;
   y << "workload:\n  mode: " << workload_mode_name(w.mode) << "\n  steps: " << w.steps << "\n  warmup_steps: "

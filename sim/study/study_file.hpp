@@ -53,6 +53,7 @@ struct Scenario {
   std::string cluster;
   std::string profile;       // "" = the cluster's GPU kind
   std::string trace;         // absolute path; "" for dense or synthetic workloads
+  bool balanced_routing = false;  // trace: balanced (no recorded routing; docs/simulator.md)
   int tp = 1;
   int ep = 0;                // 0 = GPUs / TP (parse_scenario fills it in)
   Workload workload;

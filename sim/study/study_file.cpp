@@ -240,7 +240,7 @@ bool parse_trace(const YamlNode& node, const models::Architecture& arch, const f
     if (!arch.is_moe() || (s.workload.mode != WorkloadMode::kPrefill && s.workload.mode != WorkloadMode::kDecode))
       trace_node->fail("expected trace: balanced only for prefill or decode of an MoE model (it replaces recorded "
                        "routing), got workload.mode " + workload_mode_name(s.workload.mode) + " of " + arch.name +
-                       "; give a trace file" + (arch.is_moe() ? "" : " or trace: none"));
+                       (arch.is_moe() ? "; give a trace file" : "; write trace: none"));
     s.balanced_routing = true;
   } else if (has_trace) {
     if (!arch.is_moe())

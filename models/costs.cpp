@@ -287,6 +287,56 @@ ExpertWork attention_time(const Profile& profile, const Architecture& arch, cons
   return {core.time + proj.time, core.flops + proj.flops, core.bytes + proj.bytes};
 }
 
+namespace {
+
+double activation_bytes(const Architecture& arch) { return std::max(2.0, dtype_bytes(arch.dtype)); }
+// What a GEMM input is written in: FP8 with its scales for an FP8 model, else the activations' width.
+double gemm_input_bytes(const Architecture& arch) {
+  return arch.dtype == Dtype::kFp8 ? dispatch_element_bytes(arch.dtype) : activation_bytes(arch);
+}
+
+}  // namespace
+
+ExpertWork elementwise_time(const Profile& profile, const Elementwise& work) {
+  if (!has_source(profile.elementwise.provenance) || work.kernels == 0) return {};
+  return {work.kernels * profile.elementwise.launch_floor + work.bytes / profile.device.hbm_bandwidth, 0.0, work.bytes};
+}
+
+Elementwise layer_elementwise(const Architecture& arch, double tokens) {
+  const double h = arch.hidden_size;
+  const double a = activation_bytes(arch);
+  Elementwise e{2.0 * 4.0 * a * h * tokens, 2};
+  if (arch.dtype == Dtype::kFp8) {
+    e.bytes += 2.0 * (a + gemm_input_bytes(arch)) * h * tokens;
+    e.kernels += 2;
+  }
+  return e;
+}
+
+Elementwise activation_elementwise(const Architecture& arch, double rows, long ffn, int tp) {
+  check_tp(tp);
+  const auto shard = static_cast<double>(ceil_div(ffn, tp));
+  const double a = activation_bytes(arch);
+  const double read = (arch.ffn_projections >= 3 ? 2.0 : 1.0) * a * shard;
+  return {(read + gemm_input_bytes(arch) * shard) * rows, 1};
+}
+
+Elementwise permute_elementwise(const Architecture& arch, double rows) {
+  const double h = arch.hidden_size;
+  return {2.0 * (dispatch_element_bytes(arch.dtype) + combine_element_bytes(arch.dtype)) * h * rows, 2};
+}
+
+Elementwise moe_sum_elementwise(const Architecture& arch, double tokens) {
+  return {3.0 * activation_bytes(arch) * arch.hidden_size * tokens, 1};
+}
+
+ExpertWork operator+(ExpertWork a, const ExpertWork& b) {
+  a.time += b.time;
+  a.flops += b.flops;
+  a.bytes += b.bytes;
+  return a;
+}
+
 double busbw_factor(CollectiveOp op, int ranks) {
   if (ranks < 1) throw std::invalid_argument("busbw_factor: ranks must be >= 1");
   const double n = ranks;

@@ -76,6 +76,33 @@ ExpertWork attention_core_time(const Profile& profile, const Architecture& arch,
 // A dense FFN (dense layers, shared experts) over `tokens` tokens, TP-sharded.
 ExpertWork dense_ffn_time(const Profile& profile, const Architecture& arch, long tokens, long ffn_size, int tp);
 
+// Memory-bound elementwise kernels between the GEMMs (docs/simulator.md, "Elementwise kernels"). A
+// count of kernels and the HBM bytes they read and write; their time on a GPU whose profile has an
+// `elementwise` section is kernels x launch_floor + bytes / hbm_bandwidth (zero without the section).
+// Activations are 16-bit (the model's dtype if wider); an FP8 model's GEMM inputs are quantised to
+// FP8 with one FP32 scale per 128 elements (dispatch_element_bytes).
+struct Elementwise {
+  double bytes = 0.0;
+  int kernels = 0;
+};
+ExpertWork elementwise_time(const Profile& profile, const Elementwise& work);
+// Per token of a decoder layer on each GPU of its home group (the norms run on the whole hidden
+// state): the residual add and RMSNorm before attention and before the FFN (each reads the hidden
+// state and the residual and writes both), and for an FP8 model the quantisation of both normed
+// inputs (read 16-bit, write FP8).
+Elementwise layer_elementwise(const Architecture& arch, double tokens);
+// Per row of an FFN of `ffn` (a dense layer, the shared experts, a routed expert), TP-sharded: the
+// activation (SwiGLU reads gate and up and writes their product; GELU reads and writes), written in
+// FP8 for an FP8 model's down projection. One kernel for all of a task's rows.
+Elementwise activation_elementwise(const Architecture& arch, double rows, long ffn, int tp);
+// The routed experts' rows of a normal dispatch (not low-latency kernels, which write and read the
+// experts' layout directly): gathered into expert order before the GEMMs (read and write each row's
+// dispatched bytes) and back after them (read and write each row's combine bytes).
+Elementwise permute_elementwise(const Architecture& arch, double rows);
+// The shared experts' output added to the routed experts' (read both, write the sum), per token.
+Elementwise moe_sum_elementwise(const Architecture& arch, double tokens);
+ExpertWork operator+(ExpertWork a, const ExpertWork& b);
+
 // Collective time from the profile's tables (nearest rank count, interpolated in bytes); falls back
 // to a ring model over `link_bandwidth` when the profile has no curve for `op`.
 double collective_time(const Profile& profile, CollectiveOp op, int ranks, double bytes, double link_bandwidth,

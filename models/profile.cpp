@@ -474,6 +474,15 @@ LowLatencyKernels parse_low_latency(const YamlNode& node) {
   return k;
 }
 
+ElementwiseFigures parse_elementwise(const YamlNode& node) {
+  node.expect_map();
+  node.allow_keys({"launch_floor", "source"});
+  ElementwiseFigures e;
+  e.launch_floor = node.at("launch_floor").as_unit(UnitKind::kTime, 0.0, 1.0);
+  e.provenance = parse_source(node);
+  return e;
+}
+
 NormalKernels parse_normal_kernels(const YamlNode& node) {
   node.expect_map();
   node.allow_keys({"dispatch_forward_bandwidth", "dispatch_forward_per_token", "combine_forward_bandwidth", "source"});
@@ -511,13 +520,15 @@ void merge_base(Profile& p, const Profile& base) {
   if (!has_source(p.attention.provenance)) p.attention = base.attention;
   if (!has_source(p.low_latency.provenance)) p.low_latency = base.low_latency;
   if (!has_source(p.normal.provenance)) p.normal = base.normal;
+  if (!has_source(p.elementwise.provenance)) p.elementwise = base.elementwise;
   if (p.description.empty()) p.description = base.description;
 }
 
 Profile parse_sections(const YamlNode& root, const std::string& name) {
   check_config_kind(root, "profile");
   root.allow_keys({"schema_version", "kind", "description", "base", "device", "gemm", "collectives", "links",
-                   "contention", "power", "attention", "low_latency_kernels", "normal_kernels"});
+                   "contention", "power", "attention", "low_latency_kernels", "normal_kernels",
+                   "elementwise"});
   check_config_header(root, "profile");
   Profile p;
   p.name = name;
@@ -555,6 +566,7 @@ Profile parse_sections(const YamlNode& root, const std::string& name) {
   if (auto a = root.find("attention")) p.attention = parse_attention_figures(*a);
   if (auto k = root.find("low_latency_kernels")) p.low_latency = parse_low_latency(*k);
   if (auto k = root.find("normal_kernels")) p.normal = parse_normal_kernels(*k);
+  if (auto e = root.find("elementwise")) p.elementwise = parse_elementwise(*e);
   return p;
 }
 
@@ -688,6 +700,7 @@ std::vector<std::string> Profile::source_kinds() const {
   add(attention.provenance);
   add(low_latency.provenance);
   add(normal.provenance);
+  add(elementwise.provenance);
   std::vector<std::string> out;
   for (const char* k : {"measured", "published", "model"})
     if (kinds.count(k)) out.emplace_back(k);
@@ -861,6 +874,9 @@ std::string profile_to_yaml(const Profile& p) {
       << "\n  dispatch_forward_per_token: " << unit_value(p.normal.dispatch_forward_per_token, "ns", 1e-9)
       << "\n  combine_forward_bandwidth: " << unit_value(p.normal.combine_forward_bandwidth, "GBps", 1e9)
       << "\n  source: " << source_yaml(p.normal.provenance) << "\n";
+  if (has_source(p.elementwise.provenance))
+    y << "elementwise:\n  launch_floor: " << unit_value(p.elementwise.launch_floor, "us", 1e-6)
+      << "\n  source: " << source_yaml(p.elementwise.provenance) << "\n";
   return y.str();
 }
 

@@ -161,6 +161,15 @@ struct NormalKernels {
   }
 };
 
+// Memory-bound elementwise kernels between the GEMMs (norms, residual adds, activations, FP8
+// quantisation, token permutation; docs/simulator.md, "Elementwise kernels"): each costs
+// `launch_floor` s, then moves its bytes at the device's hbm_bandwidth. Absent (provenance detail
+// empty): the simulator runs none.
+struct ElementwiseFigures {
+  double launch_floor = 0.0;  // s per kernel
+  Provenance provenance;
+};
+
 struct DeviceContext {
   std::string name;  // "NVIDIA H100 80GB HBM3"
   int sm_count = 0;
@@ -187,13 +196,14 @@ struct Profile {
   AttentionFigures attention;
   LowLatencyKernels low_latency;
   NormalKernels normal;
+  ElementwiseFigures elementwise;
   // Which kinds of values this profile's tables are (for reports): e.g. {"published", "model"}.
   std::vector<std::string> source_kinds() const;
   const GemmTable* gemm_table(Dtype dtype) const;  // nullptr if absent
 };
 
 // Sections a profile may lack (then they are absent: provenance detail empty) are links, contention,
-// attention, low_latency_kernels, normal_kernels and collectives; device, gemm and power are required once any base is merged in.
+// attention, low_latency_kernels, normal_kernels, elementwise and collectives; device, gemm and power are required once any base is merged in.
 bool has_source(const Provenance& provenance);  // the section was given (its detail is never empty)
 
 Profile parse_profile(const common::YamlNode& root, const std::string& name);

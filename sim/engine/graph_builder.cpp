@@ -283,9 +283,13 @@ void GraphBuilder::add_shared_experts(StepGraph& g, const std::vector<long>& hom
   const long ffn = static_cast<long>(arch_.num_shared_experts) * arch_.shared_expert_ffn_size;
   for (int gpu = 0; gpu < gpus(); ++gpu) {
     const long tokens = home_tokens[static_cast<std::size_t>(gpu / tp)];
+    const auto rows = static_cast<double>(tokens);
     m.shared_done[static_cast<std::size_t>(gpu)] =
-        add_compute(g, gpu, Category::kShared, slot, models::dense_ffn_time(profile_, arch_, tokens, ffn, tp), s,
-                    {s.ready[static_cast<std::size_t>(gpu)]});
+        add_compute(g, gpu, Category::kShared, slot,
+                    models::dense_ffn_time(profile_, arch_, tokens, ffn, tp) +
+                        models::elementwise_time(profile_, models::activation_elementwise(arch_, rows, ffn, tp)) +
+                        models::elementwise_time(profile_, models::moe_sum_elementwise(arch_, rows)),
+                    s, {s.ready[static_cast<std::size_t>(gpu)]});
   }
 }
 
@@ -553,8 +557,8 @@ void GraphBuilder::add_expert_compute(StepGraph& g, std::size_t c, int slot, Str
         m.compute_done[static_cast<std::size_t>(gpu)] = dep;
         continue;
       }
-      m.compute_done[static_cast<std::size_t>(gpu)] = add_compute(
-          g, gpu, Category::kExpert, slot, models::grouped_expert_time(profile_, arch_, m.per_expert, tp), s, {dep});
+      m.compute_done[static_cast<std::size_t>(gpu)] =
+          add_compute(g, gpu, Category::kExpert, slot, expert_work(m.per_expert, tp), s, {dep});
     }
     if (tp_collectives) {
       const auto rs = add_tp_collective(g, r, CollectiveOp::kReduceScatter, gathered_bytes, slot, m.compute_done);
@@ -667,9 +671,14 @@ void GraphBuilder::add_attention(StepGraph& g, const std::vector<models::Attenti
   for (int gpu = 0; gpu < gpus(); ++gpu) {
     const auto& a = attention[static_cast<std::size_t>(gpu / tp)];
     if (a.new_tokens.empty()) continue;
-    s.ready[static_cast<std::size_t>(gpu)] = add_compute(g, gpu, Category::kAttention, slot,
-                                                         models::attention_time(profile_, arch_, a, tp), s,
-                                                         {s.ready[static_cast<std::size_t>(gpu)]});
+    long tokens = 0;
+    for (const long n : a.new_tokens) tokens += n;
+    // The layer's norms (and FP8 quantisation) run with its attention, on every GPU of the group.
+    const models::ExpertWork w =
+        models::attention_time(profile_, arch_, a, tp) +
+        models::elementwise_time(profile_, models::layer_elementwise(arch_, static_cast<double>(tokens)));
+    s.ready[static_cast<std::size_t>(gpu)] =
+        add_compute(g, gpu, Category::kAttention, slot, w, s, {s.ready[static_cast<std::size_t>(gpu)]});
   }
   add_tp_all_reduce(g, home_tokens, slot, s);
 }
@@ -680,9 +689,12 @@ void GraphBuilder::add_dense(StepGraph& g, const std::vector<long>& home_tokens,
   for (int gpu = 0; gpu < gpus(); ++gpu) {
     const long tokens = home_tokens[static_cast<std::size_t>(gpu / tp)];
     if (tokens == 0) continue;
+    const auto rows = static_cast<double>(tokens);
+    const models::ExpertWork w =
+        models::dense_ffn_time(profile_, arch_, tokens, arch_.dense_ffn_size, tp) +
+        models::elementwise_time(profile_, models::activation_elementwise(arch_, rows, arch_.dense_ffn_size, tp));
     s.ready[static_cast<std::size_t>(gpu)] =
-        add_compute(g, gpu, Category::kDense, slot, models::dense_ffn_time(profile_, arch_, tokens, arch_.dense_ffn_size, tp),
-                    s, {s.ready[static_cast<std::size_t>(gpu)]});
+        add_compute(g, gpu, Category::kDense, slot, w, s, {s.ready[static_cast<std::size_t>(gpu)]});
   }
   add_tp_all_reduce(g, home_tokens, slot, s);
 }
@@ -698,6 +710,18 @@ void GraphBuilder::build_layer(StepGraph& g, const StepBatch& batch, int d, std:
   const auto& chunks = input_.options.layer_chunks;
   build_moe_layer(g, batch, home_tokens, moe_index, chunks.empty() ? 1 : chunks[static_cast<std::size_t>(d)], d, s);
   ++moe_index;
+}
+
+// A GPU's routed experts: their grouped GEMMs, the activation over their rows and, for a normal
+// dispatch, the rows' permutation into expert order and back (low-latency kernels need none).
+models::ExpertWork GraphBuilder::expert_work(const std::vector<long>& per_expert, int tp) const {
+  double rows = 0.0;
+  for (const long n : per_expert) rows += static_cast<double>(n);
+  models::ExpertWork w = models::grouped_expert_time(profile_, arch_, per_expert, tp) +
+                         models::elementwise_time(profile_, models::activation_elementwise(arch_, rows, arch_.expert_ffn_size, tp));
+  if (input_.options.dispatch != DispatchMode::kLowLatency)
+    w = w + models::elementwise_time(profile_, models::permute_elementwise(arch_, rows));
+  return w;
 }
 
 double GraphBuilder::layer_param_bytes(int d) const {

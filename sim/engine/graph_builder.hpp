@@ -111,7 +111,8 @@ class GraphBuilder {
                                   const std::vector<std::uint32_t>& deps_per_gpu);
   std::uint32_t add_ring_collective(StepGraph& g, const std::vector<int>& group, models::CollectiveOp op, double bytes,
                                     int slot, const std::vector<std::uint32_t>& deps_per_gpu, Category cat);
-  double layer_param_bytes(int d) const;  // non-expert parameters of decoder layer d on one GPU, bytes
+  double layer_param_bytes(int d) const;
+  models::ExpertWork expert_work(const std::vector<long>& per_expert, int tp) const;  // non-expert parameters of decoder layer d on one GPU, bytes
   int gpu_of(int rank, int t) const { return rank * input_.tp + t; }
   int gpus() const { return input_.ep * input_.tp; }
   int gateway(int node, int gpu) const;  // the GPU of `gpu`'s local index in `node`

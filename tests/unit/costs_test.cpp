@@ -474,3 +474,46 @@ TEST_CASE("compute_class: the roofline ridge splits memory- from compute-bound; 
   const Slowdown s = contention(h100, ContentionQuery{CollectiveOp::kAllGather, 1e8, 1e12, ComputeClass::kComputeBound, -1});
   CHECK(s.compute == doctest::Approx(132.0 / 112.0).epsilon(1e-4));
 }
+
+TEST_CASE("elementwise: norms, activations, quantisation and permutation bytes, at HBM speed after a floor each") {
+  const Architecture v3 = load_architecture("deepseek-v3");  // FP8, hidden 7168, expert FFN 2048, SwiGLU
+  const double h = 7168.0;
+  const double q = 1.0 + 4.0 / 128.0;  // an FP8 element with its scale
+  // Two residual adds + RMSNorms (read x and the residual, write both, in BF16) and the quantisation
+  // of both normed inputs (read BF16, write FP8), per token.
+  const Elementwise layer = layer_elementwise(v3, 10.0);
+  CHECK(layer.kernels == 4);
+  CHECK(close(layer.bytes, 10.0 * (2 * 4 * 2 * h + 2 * (2 + q) * h)));
+  // SwiGLU reads gate and up (BF16) and writes the product in FP8 for the down projection; TP shards it.
+  const Elementwise act = activation_elementwise(v3, 3.0, 2048, 2);
+  CHECK(act.kernels == 1);
+  CHECK(close(act.bytes, 3.0 * (2 * 2 * 1024 + q * 1024)));
+  // Rows into expert order (dispatched FP8) and back (BF16), each read and written.
+  CHECK(close(permute_elementwise(v3, 5.0).bytes, 5.0 * 2 * (q + 2) * h));
+  CHECK(close(moe_sum_elementwise(v3, 2.0).bytes, 2.0 * 3 * 2 * h));
+  // A BF16 model quantises nothing; GELU reads one projection's output.
+  Architecture bf16 = v3;
+  bf16.dtype = Dtype::kBf16;
+  bf16.ffn_projections = 2;
+  CHECK(layer_elementwise(bf16, 1.0).kernels == 2);
+  CHECK(close(activation_elementwise(bf16, 1.0, 2048, 1).bytes, 2 * 2048 + 2 * 2048));
+
+  // Time: kernels x launch floor + bytes / hbm_bandwidth; nothing where the profile has no section.
+  Profile p = tiny();
+  CHECK(elementwise_time(p, layer).time == 0.0);
+  p.elementwise.launch_floor = 2e-6;
+  p.elementwise.provenance = {SourceKind::kModel, "test"};
+  const ExpertWork w = elementwise_time(p, layer);
+  CHECK(close(w.time, 4 * 2e-6 + layer.bytes / 1000e9));
+  CHECK(close(w.bytes, layer.bytes));
+  CHECK(w.flops == 0.0);
+  // The shipped profiles have the section: the smallest GEMM launch floor.
+  for (const char* name : {"h100-sxm", "h200", "h800", "a100-sxm"}) {
+    CAPTURE(name);
+    const Profile shipped = load_profile(name);
+    REQUIRE(has_source(shipped.elementwise.provenance));
+    double floor = 1.0;
+    for (const auto& t : shipped.gemm) floor = std::min(floor, t.launch_floor);
+    CHECK(close(shipped.elementwise.launch_floor, floor, 1e-3));
+  }
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Builds the reference GPU profiles (configs/profiles/{h100-sxm,h200,a100-sxm}.yaml) from the published
+"""Builds the reference GPU profiles (configs/profiles/{h100-sxm,h200,a100-sxm,h800}.yaml) from the published
 tables shipped under models/reference (see its SOURCES.md) and the shipped architectures.
 
 Python 3 standard library only. Rerunnable and deterministic: the committed YAML files are its output.
@@ -117,7 +117,7 @@ def read_gpus_md(reference):
     rows = md_rows(text, "Datasheet figures")
     header = rows[0]
     cols = {"a100-sxm": header.index("A100 SXM 80GB"), "h100-sxm": header.index("H100 SXM5 80GB"),
-            "h200": header.index("H200 SXM 141GB")}
+            "h200": header.index("H200 SXM 141GB"), "h800": header.index("H800 SXM5 80GB")}
     table = {r[0]: r for r in rows[1:]}
     text = re.sub(r"\s+", " ", text)  # the prose figures may wrap across lines
     sheet = {}
@@ -582,9 +582,13 @@ def tile_model_report(ref):
 
 # --- one profile -------------------------------------------------------------------------------------
 
-GPU_NAMES = {"h100-sxm": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200 141GB", "a100-sxm": "NVIDIA A100-SXM4-80GB"}
+GPU_NAMES = {"h100-sxm": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200 141GB", "a100-sxm": "NVIDIA A100-SXM4-80GB",
+             "h800": "NVIDIA H800 80GB HBM3"}
+# The H800 SXM5 is the H100 SXM5's die with its NVLink cut (reference/gpus.md); Azure publishes no H800 node, so
+# whatever its profile takes from Azure is the H100's, and says so.
 AZURE_FILES = {"h100-sxm": "ND_H100_v5_results.md", "h200": "ND_H200_v5_results.md",
-               "a100-sxm": "ND_A100_v4_results.md"}
+               "a100-sxm": "ND_A100_v4_results.md", "h800": "ND_H100_v5_results.md"}
+SAME_DIE = " (H100 SXM, same die: the H100's figures carried over)"
 
 
 def build(gpu, ref, shapes, arch_names, report):
@@ -593,6 +597,8 @@ def build(gpu, ref, shapes, arch_names, report):
     gpus = ref["gpus"]
     hbm = az["hbm"]["Copy"]
     hopper = gpu != "a100-sxm"
+    h800 = gpu == "h800"
+    azure = AZURE.format(file=az["file"]) + (SAME_DIE if h800 else "")
     out = []
     w = out.append
     w(f"# Reference profile for {GPU_NAMES[gpu]}: published measurements and documented models, no GPU needed.")
@@ -606,7 +612,7 @@ def build(gpu, ref, shapes, arch_names, report):
     # Device.
     if gpu == "h200":
         clock, clock_src = gpus["h200_clock"], "the SM clock under load measured on the lent H200 (gpus.md)"
-    elif gpu == "h100-sxm":
+    elif gpu in ("h100-sxm", "h800"):
         clock, clock_src = gpus["h200_clock"], "model: the H200's measured 1980 MHz (same GH100 die and boost clock)"
     else:
         clock, clock_src = ref["zeus_clock"][0], "the highest SM clock of zeus's A100-SXM profiles (1410 MHz)"
@@ -622,7 +628,7 @@ def build(gpu, ref, shapes, arch_names, report):
                                (("azure_gpu", "GPU"), ("cuda", "CUDA"), ("driver", "NVIDIA Driver"), ("nccl", "NCCL"))) +
       "}")
     w("  source: " + source("published",
-                            f"SMs and memory: datasheet ({GPUS_MD}); hbm_bandwidth: STREAM Copy on {AZURE.format(file=az['file'])} "
+                            f"SMs and memory: datasheet ({GPUS_MD}); hbm_bandwidth: STREAM Copy on {azure} "
                             f"(datasheet peak {g5(sheet['hbm_peak'] / 1e12)} TB/s); sm_clock: {clock_src}; memory in GiB as the "
                             f"drivers report it; extra: the system of the Azure measurements"))
 
@@ -635,9 +641,11 @@ def build(gpu, ref, shapes, arch_names, report):
         fits["fp8"] = fp8
         e16 = efficiency_for(gpus["h200_bf16_8192"], 8192, 8192, 8192, fp8["h"], fp8["t0"], sheet["bf16"])
         fits["bf16"] = {"e": e16, "h": fp8["h"], "t0": fp8["t0"]}
-        fit_text = (f"a fit of this form to {len(az['gemm'])} cuBLASLt FP8 points ({AZURE.format(file=az['file'])}) and "
-                    f"18 DeepGEMM FP8 points ({DEEPGEMM}; H800 has the H100's SMs and HBM3, so those points use the "
-                    f"H100's {g5(ref['azure']['h100-sxm']['hbm']['Copy'] / 1e12)} TB/s), each set weighted equally, least "
+        deepgemm_note = (f"measured on this GPU; its HBM3 is the H100's, {g5(hbm / 1e12)} TB/s" if h800 else
+                         f"H800 has the H100's SMs and HBM3, so those points use the H100's "
+                         f"{g5(ref['azure']['h100-sxm']['hbm']['Copy'] / 1e12)} TB/s")
+        fit_text = (f"a fit of this form to {len(az['gemm'])} cuBLASLt FP8 points ({azure}) and "
+                    f"18 DeepGEMM FP8 points ({DEEPGEMM}; {deepgemm_note}), each set weighted equally, least "
                     f"squares in log time: e={fp8['e']:.4f}, h={fp8['h']:.1f}, t0={fp8['t0'] * 1e6:.3f} us, rms log "
                     f"error {fp8['rms_log']:.3f}")
         e_t, l_t, t0_t = ref["tile_fp8"]
@@ -650,12 +658,13 @@ def build(gpu, ref, shapes, arch_names, report):
                      f"{sheet['sms']} SMs, compute = 2 BM BN K / (peak e / SMs), load = (min(M, BM) + BN) K / L, store "
                      "= 2 BM BN / (hbm_bandwidth / SMs), fill = (min(M, BM) + BN) 128 / (hbm_bandwidth / SMs); in 1 "
                      f"byte, out bf16; e={e_t:.4f}, L={l_t / 1e9:.2f} GB/s per SM, t0={t0_t * 1e6:.3f} us fitted to "
-                     f"DeepGEMM's 18 dense points ({DEEPGEMM}; the H100's SMs, clocks and HBM3): e to M = 4096, L and "
-                     f"t0 to M <= 128, least squares in log time; residuals mean "
+                     f"DeepGEMM's 18 dense points ({DEEPGEMM}; "
+                     + ("measured on this GPU" if h800 else "the H100's SMs, clocks and HBM3") +
+                     f"): e to M = 4096, L and t0 to M <= 128, least squares in log time; residuals mean "
                      f"{100 * statistics.mean(abs(r) for r in tile_res):.1f}%, worst "
                      f"{100 * max(abs(r) for r in tile_res):.1f}% (TFLOP/s)"
-                     + ("" if gpu == "h100-sxm" else "; this GPU has the same SMs and clocks, so (e, L, t0) carry over "
-                        "with its own hbm_bandwidth") +
+                     + ("" if gpu in ("h100-sxm", "h800") else "; this GPU has the same SMs and clocks, so (e, L, t0) "
+                        "carry over with its own hbm_bandwidth") +
                      "; grouped: one persistent kernel over every group's rows (the GEMM of all rows, plus every further "
                      "group's weights read from HBM)")
     else:
@@ -717,20 +726,7 @@ def build(gpu, ref, shapes, arch_names, report):
     adjusted = sum(1 for a, b in zip(raw_times, ar_times) if abs(a / b - 1) > 1e-12)
     worst = max(abs(b / a - 1) for a, b in zip(raw_times, ar_times))
     ar_peak = max(b * ar_factor / t for b, t in zip(sizes, ar_times))
-    w("  - op: all_reduce")
-    w("    ranks: 8")
-    w("    scope: intra_node")
-    w("    source: " + source("published", f"NCCL all-reduce bus bandwidth, in place, one 8-GPU node, "
-                                          f"{AZURE.format(file=az['file'])}; sizes are the table's rounded labels read "
-                                          f"as powers of two (1K = 2^10 ... 65K = 2^16, 132K = 2^17 ... 8G = 2^33); "
-                                          f"where a time fell below the previous size's (noise in the latency-bound "
-                                          f"range), the least-squares monotone fit in log time (pool adjacent "
-                                          f"violators) replaces the {adjusted} points involved, each moved by at most "
-                                          f"{worst * 100:.1f}%"))
-    w(f"    bytes: {flow(sizes, lambda v: str(v))}")
-    w(f"    busbw_GBps: {flow([b * ar_factor / t / 1e9 for b, t in zip(sizes, ar_times)], g6)}")
-
-    if gpu == "h100-sxm":
+    if gpu in ("h100-sxm", "h800"):
         ag_peak = rs_peak = gpus["h100_coll"]
         coll_text = f"{g5(ag_peak / 1e9)} GB/s busbw for H100 NVLink4 collectives other than all-reduce ({GPUS_MD}, nccl-tests issue 212)"
     elif gpu == "h200":
@@ -745,27 +741,79 @@ def build(gpu, ref, shapes, arch_names, report):
     a2a_eff = (dep["dispatch"] + dep["combine"]) / 2 / dep["nvlink_max"]
     p2p_peak = (ag_peak + rs_peak) / 2
     a2a_peak = a2a_eff * p2p_peak
+    # The H800: no NCCL tables are published. Each curve is the H100's (built above from the H100's figures)
+    # with its latency part kept and its bandwidth part moved to the H800's NVLink:
+    # time(S) = time_H100(S) + S f (1 / peak - 1 / peak_H100), f the op's nccl-tests busbw factor.
+    link_rate = dep["nvlink_max"] if h800 else p2p_peak  # the achievable one-direction NVLink rate
+    link_ratio = link_rate / p2p_peak
+
+    def moved(times, f, peak, new_peak=None):
+        """An H100 curve's (times, asymptote) on this GPU; unchanged unless it is the H800."""
+        if not h800:
+            return times, peak
+        new_peak = new_peak or peak * link_ratio
+        return [t + b * f * (1 / new_peak - 1 / peak) for b, t in zip(sizes, times)], new_peak
+
+    def move_text(f, peak, new_peak, why=None):
+        why = why or (f"peak_H100 x {g5(link_rate / 1e9)} / {g5(p2p_peak / 1e9)}: DeepEP's ~"
+                      f"{g5(dep['nvlink_max'] / 1e9)} GB/s achievable NVLink on H800 ({DEEPEP}) / the H100's "
+                      f"achievable one-direction rate ({coll_text})")
+        return (f"; no H800 NCCL tables are published: moved to this GPU's NVLink, time(S) = time_H100(S) + S f "
+                f"(1/peak - 1/peak_H100), f = {f} (the nccl-tests busbw factor), peak_H100 = {g5(peak / 1e9)} GB/s, "
+                f"peak = {g5(new_peak / 1e9)} GB/s = {why}: the latency-bound small sizes keep the H100's times, the "
+                f"bandwidth-bound large ones run at this GPU's rate")
+
+    ar_text = (f"NCCL all-reduce bus bandwidth, in place, one 8-GPU node, {azure}; sizes are the table's rounded "
+               f"labels read as powers of two (1K = 2^10 ... 65K = 2^16, 132K = 2^17 ... 8G = 2^33); where a time fell "
+               f"below the previous size's (noise in the latency-bound range), the least-squares monotone fit in log "
+               f"time (pool adjacent violators) replaces the {adjusted} points involved, each moved by at most "
+               f"{worst * 100:.1f}%")
+    h100_ar = ar_times
+    ar_times, ar_peak8 = moved(h100_ar, ar_factor, ar_peak)
+    w("  - op: all_reduce")
+    w("    ranks: 8")
+    w("    scope: intra_node")
+    if h800:
+        w("    source: " + source("model", f"the H100 SXM's curve ({ar_text})" +
+                                          move_text("2 x 7/8", ar_peak, ar_peak8)))
+    else:
+        w("    source: " + source("published", ar_text))
+    w(f"    bytes: {flow(sizes, lambda v: str(v))}")
+    w(f"    busbw_GBps: {flow([b * ar_factor / t / 1e9 for b, t in zip(sizes, ar_times)], g6)}")
+
     shape_rule = ("busbw(S) = the all-reduce busbw curve (above) scaled to this op's asymptote, {peak} GB/s: {why}")
+    a2a_why = (f"DeepEP's intranode EP8 dispatch/combine reach {g5(dep['dispatch'] / 1e9)}/"
+               f"{g5(dep['combine'] / 1e9)} GB/s of H800's ~{g5(dep['nvlink_max'] / 1e9)} GB/s NVLink "
+               f"({DEEPEP}): {a2a_eff:.3f} of the link, applied to this GPU's "
+               f"{g5(p2p_peak / 1e9)} GB/s collective rate")
     derived = [
-        ("all_gather", ag_peak, coll_text),
-        ("reduce_scatter", rs_peak, coll_text),
-        ("all_to_all", a2a_peak, f"DeepEP's intranode EP8 dispatch/combine reach {g5(dep['dispatch'] / 1e9)}/"
-                                 f"{g5(dep['combine'] / 1e9)} GB/s of H800's ~{g5(dep['nvlink_max'] / 1e9)} GB/s NVLink "
-                                 f"({DEEPEP}): {a2a_eff:.3f} of the link, applied to this GPU's "
-                                 f"{g5(p2p_peak / 1e9)} GB/s collective rate"),
+        ("all_gather", ag_peak, coll_text, None),
+        ("reduce_scatter", rs_peak, coll_text, None),
+        # On the H800 DeepEP's figures are the GPU's own: their mean is the asymptote, not scaled.
+        ("all_to_all", a2a_peak, a2a_why, (dep["dispatch"] + dep["combine"]) / 2),
     ]
-    curves8 = {"all_reduce": (ar_times, ar_peak)}
-    for op, peak, why in derived:
+    curves8 = {"all_reduce": (ar_times, ar_peak8)}
+    for op, peak, why, own_peak in derived:
         factor = 7 / 8
-        busbw = [b * ar_factor / t * peak / ar_peak for b, t in zip(sizes, ar_times)]
+        busbw = [b * ar_factor / t * peak / ar_peak for b, t in zip(sizes, h100_ar)]
         times = [b * factor / bw for b, bw in zip(sizes, busbw)]
-        curves8[op] = (times, peak)
+        times, peak8 = moved(times, factor, peak, own_peak)
+        curves8[op] = (times, peak8)
+        text = shape_rule.format(peak=g5(peak / 1e9), why=why)
+        if h800:
+            own = None
+            if own_peak:
+                own = (f"the mean of DeepEP's intranode EP8 dispatch and combine on H800, "
+                       f"{g5(dep['dispatch'] / 1e9)} and {g5(dep['combine'] / 1e9)} GB/s ({DEEPEP}), published "
+                       f"for this GPU and not scaled")
+            text = text.replace("the all-reduce busbw curve (above)", "the H100 SXM's all-reduce busbw curve")
+            text = f"the H100 SXM's curve ({text.replace('this GPU', 'the H100')})" + move_text("7/8", peak, peak8, own)
         w(f"  - op: {op}")
         w("    ranks: 8")
         w("    scope: intra_node")
-        w("    source: " + source("model", shape_rule.format(peak=g5(peak / 1e9), why=why)))
+        w("    source: " + source("model", text))
         w(f"    bytes: {flow(sizes, lambda v: str(v))}")
-        w(f"    busbw_GBps: {flow([v / 1e9 for v in busbw], g6)}")
+        w(f"    busbw_GBps: {flow([b * factor / t / 1e9 for b, t in zip(sizes, times)], g6)}")
     for n in (2, 4):
         for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
             times8, peak = curves8[op]
@@ -782,15 +830,19 @@ def build(gpu, ref, shapes, arch_names, report):
                                                f"launch), the bandwidth part keeps the 8-rank bus bandwidth"))
             w(f"    bytes: {flow(sizes, lambda v: str(v))}")
             w(f"    busbw_GBps: {flow([b * fn / t / 1e9 for b, t in zip(sizes, times)], g6)}")
-    sr = [b * ar_factor / t * p2p_peak / ar_peak for b, t in zip(sizes, ar_times)]
+    sr = [b * ar_factor / t * p2p_peak / ar_peak for b, t in zip(sizes, h100_ar)]
+    sr_times, sr_peak = moved([b / bw for b, bw in zip(sizes, sr)], 1, p2p_peak)
+    sr_text = (f"busbw(S) = the 8-rank all-reduce busbw curve scaled to {g5(p2p_peak / 1e9)} GB/s, "
+               f"the GPU's achievable one-direction NVLink rate (its ring collectives' busbw: {coll_text})")
+    if h800:
+        sr_text = (f"the H100 SXM's curve ({sr_text.replace('the GPU', 'the H100')})" +
+                   move_text("1", p2p_peak, sr_peak))
     w("  - op: send_recv")
     w("    ranks: 2")
     w("    scope: intra_node")
-    w("    source: " + source("model", f"busbw(S) = the 8-rank all-reduce busbw curve scaled to {g5(p2p_peak / 1e9)} GB/s, "
-                                       f"the GPU's achievable one-direction NVLink rate (its ring collectives' busbw: "
-                                       f"{coll_text})"))
+    w("    source: " + source("model", sr_text))
     w(f"    bytes: {flow(sizes, lambda v: str(v))}")
-    w(f"    busbw_GBps: {flow([v / 1e9 for v in sr], g6)}")
+    w(f"    busbw_GBps: {flow([b / t / 1e9 for b, t in zip(sizes, sr_times)], g6)}")
 
     # Links.
     nominal = sheet["nvlink_total"] / 2
@@ -801,14 +853,20 @@ def build(gpu, ref, shapes, arch_names, report):
         h2d = (az["nv"]["Host to Device"] + az["nv"]["Device to Host"]) / 2
         pcie_note = "the mean of host-to-device and device-to-host"
     w("links:")
-    w(f"  nvlink: {{bandwidth_efficiency: {p2p_peak / nominal:.4f}, latency: 0us, source: " +
-      source("model", f"efficiency: {g5(p2p_peak / 1e9)} GB/s achievable ({coll_text}) / {g5(nominal / 1e9)} GB/s "
-                      f"nominal per direction ({GPUS_MD}); latency: no point-to-point latency is published for this "
-                      f"GPU, so none is added to the cluster file's hop latency; an operation's own latency (launch, "
-                      f"protocol, synchronisation) is in its collective table, to which the simulator sizes its "
-                      f"transfers (docs/simulator.md, Collectives)") + "}")
+    link_latency = ("latency: no point-to-point latency is published for this GPU, so none is added to the cluster "
+                    "file's hop latency; an operation's own latency (launch, protocol, synchronisation) is in its "
+                    "collective table, to which the simulator sizes its transfers (docs/simulator.md, Collectives)")
+    if h800:
+        w(f"  nvlink: {{bandwidth_efficiency: {link_rate / nominal:.4f}, latency: 0us, source: " +
+          source("published", f"efficiency: DeepEP's ~{g5(link_rate / 1e9)} GB/s NVLink maximum bandwidth on H800 "
+                              f"({DEEPEP}) / {g5(nominal / 1e9)} GB/s nominal per direction ({GPUS_MD}); "
+                              f"{link_latency}") + "}")
+    else:
+        w(f"  nvlink: {{bandwidth_efficiency: {p2p_peak / nominal:.4f}, latency: 0us, source: " +
+          source("model", f"efficiency: {g5(p2p_peak / 1e9)} GB/s achievable ({coll_text}) / {g5(nominal / 1e9)} GB/s "
+                          f"nominal per direction ({GPUS_MD}); {link_latency}") + "}")
     w(f"  pcie: {{bandwidth_efficiency: {h2d / pcie_dir:.4f}, latency: 0us, source: " +
-      source("published", f"{g5(h2d / 1e9)} GB/s ({pcie_note}, NV Bandwidth, {AZURE.format(file=az['file'])}) / "
+      source("published", f"{g5(h2d / 1e9)} GB/s ({pcie_note}, NV Bandwidth, {azure}) / "
                           f"{g5(pcie_dir / 1e9)} GB/s per direction ({GPUS_MD}); no latency published: none added to the "
                           f"cluster file's") + "}")
     nic_text = (f"inter-node all-to-all tops out near {g5(gpus['nic_a2a'] / 1e9)} GB/s per 400 Gb/s (50 GB/s) "
@@ -825,14 +883,14 @@ def build(gpu, ref, shapes, arch_names, report):
     # kernel S - s of them; a memory-bound kernel shares HBM with the communication, which reads what
     # it sends and writes what it receives at the link rate each way.
     sms_total = sheet["sms"]
-    comm_hbm = 2 * p2p_peak
+    comm_hbm = 2 * link_rate
     mem_slow = hbm / (hbm - comm_hbm)
     w("contention:")
     w("  source: " + source("model", f"compute-bound kernels: S / (S - s) with S = {sms_total} SMs ({GPUS_MD}) and s "
                                     f"the SMs the communication's kernels hold (its grid); memory-bound kernels: "
                                     f"hbm / (hbm - r), hbm = {g5(hbm / 1e9)} GB/s (the STREAM copy above) and r = "
                                     f"{g5(comm_hbm / 1e9)} GB/s, the HBM traffic of communication at the achievable "
-                                    f"NVLink rate, {g5(p2p_peak / 1e9)} GB/s each way (read what is sent, write what "
+                                    f"NVLink rate, {g5(link_rate / 1e9)} GB/s each way (read what is sent, write what "
                                     f"is received); no dependence on sizes is modelled; communication holding no SM "
                                     f"(a copy engine, RDMA) slows no compute (docs/simulator.md, Contention)"))
     w("  comm_source: " + source("model", "not published: the communication is assumed to lose half as much as the "
@@ -919,11 +977,11 @@ def build(gpu, ref, shapes, arch_names, report):
     w("attention:")
     w(f"  flops_efficiency: {fa / sheet['bf16']:.4f}")
     w("  source: " + source("published", f"Flash Attention 2.0, {g5(fa / 1e12)} TFLOP/s (head dim {az['fa_head_dim']}, "
-                                         f"batch 2, sequence 8192), {AZURE.format(file=az['file'])}, / the "
+                                         f"batch 2, sequence 8192), {azure}, / the "
                                          f"{g5(sheet['bf16'] / 1e12)} TFLOP/s 16-bit peak"))
 
     # Low-latency expert-parallel kernels (SM90 only: DeepEP's low-latency kernels need Hopper).
-    if gpu in ("h100-sxm", "h200"):
+    if gpu in ("h100-sxm", "h200", "h800"):
         tokens, hidden, topk = dep["ll_tokens"], dep["ll_hidden"], dep["ll_topk"]
         copies = tokens * topk * 7 / 8  # (token, expert) copies to the 7 other GPUs of EP8, uniform routing
         fp8_message = hidden + hidden / 128 * 4 + 16  # DeepEP's test: FP8 data, a scale per 128, 16 B of indices
@@ -941,7 +999,7 @@ def build(gpu, ref, shapes, arch_names, report):
                 f"minus the time its copies to the 7 other GPUs take over NVLink at the published ~"
                 f"{g5(dep['nvlink_max'] / 1e9)} GB/s (dispatch {g5(fixed['dispatch'][1] * 1e6)} us, combine "
                 f"{g5(fixed['combine'][1] * 1e6)} us): launch, count exchange and the receiver's wait, on H800 (SM90)")
-        if gpu != "h100-sxm":
+        if gpu not in ("h100-sxm", "h800"):
             text += "; this GPU has the same SMs (SM90), so the H800 figure is carried over"
         w("  source: " + source("model", text))
 
@@ -967,6 +1025,16 @@ def build(gpu, ref, shapes, arch_names, report):
         if gpu != "h200":
             text += "; this GPU has the same SMs (SM90) and clocks, so the H200 figures are carried over"
         w("  source: " + source("model", text))
+
+    # Elementwise kernels (norms, activations, quantisation, permutation): memory-bound, so their bytes
+    # move at hbm_bandwidth; each kernel's fixed cost is the smallest launch floor of the GEMM models above.
+    floor_dtype, floor = min(((t[0], t[2]["t0"]) for t in tables), key=lambda x: x[1])
+    w("elementwise:")
+    w(f"  launch_floor: {floor * 1e6:.4g}us")
+    w("  source: " + source("model", f"launch_floor: the smallest fixed cost of this profile's GEMM models (the "
+                                     f"{floor_dtype} table's launch_floor above), for a kernel that is mostly launch "
+                                     f"and tail; bytes at device.hbm_bandwidth (STREAM copy); which kernels and bytes: "
+                                     f"docs/simulator.md, Elementwise kernels (models/costs.hpp)"))
     return "\n".join(out) + "\n"
 
 
@@ -995,7 +1063,7 @@ def main():
         "zeus_caps": read_zeus_caps(args.reference),
         "zeus_clock": read_zeus_clock(args.reference),
     }
-    expected = {"h100-sxm": "fp8", "h200": "fp8", "a100-sxm": "fp16"}
+    expected = {"h100-sxm": "fp8", "h200": "fp8", "a100-sxm": "fp16", "h800": "fp8"}
     for gpu, dtype in expected.items():
         if ref["azure"][gpu]["gemm_dtype"] != dtype:
             fail(f"{AZURE_FILES[gpu]}: expected {dtype} GEMM figures")
@@ -1008,7 +1076,7 @@ def main():
         return 0
 
     stale = []
-    for gpu in ("h100-sxm", "h200", "a100-sxm"):
+    for gpu in ("h100-sxm", "h200", "a100-sxm", "h800"):
         text = build(gpu, ref, shapes, arch_names, args.report)
         path = os.path.join(args.out, gpu + ".yaml")
         if args.check:

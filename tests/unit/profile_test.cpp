@@ -378,7 +378,7 @@ TEST_CASE("profile: the profile round-trips through profile_to_yaml and parse_pr
 
 TEST_CASE("profile: every shipped profile loads and tabulates every shipped architecture's shapes") {
   const std::vector<std::string> names = moesim::common::config_names("profiles");
-  CHECK(names == std::vector<std::string>{"a100-sxm", "h100-sxm", "h200"});
+  CHECK(names == std::vector<std::string>{"a100-sxm", "h100-sxm", "h200", "h800"});
   for (const std::string& name : names) {
     CAPTURE(name);
     const Profile p = load_profile(name);
@@ -426,6 +426,7 @@ TEST_CASE("profile: every shipped profile loads and tabulates every shipped arch
 }
 
 TEST_CASE("profile: the reference all-reduce curves are Azure's, point for point") {
+  // h800 is not here: no H800 curve is published, its curves are the H100's moved to its NVLink (checked below).
   const std::vector<std::pair<std::string, std::string>> files{
       {"h100-sxm", "ND_H100_v5_results.md"}, {"h200", "ND_H200_v5_results.md"}, {"a100-sxm", "ND_A100_v4_results.md"}};
   for (const auto& entry : files) {
@@ -470,6 +471,50 @@ TEST_CASE("profile: the reference all-reduce curves are Azure's, point for point
     }
     CHECK(it->provenance.detail.find("pool adjacent violators") != std::string::npos);
   }
+}
+
+TEST_CASE("profile: h800 is h100-sxm with NVLink cut to 160 of 200 GB/s achievable per direction") {
+  const Profile h800 = load_profile("h800");
+  const Profile h100 = load_profile("h100-sxm");
+  CHECK(h800.device.name == "NVIDIA H800 80GB HBM3");
+  CHECK(h800.device.sm_count == h100.device.sm_count);
+  CHECK(h800.device.hbm_bandwidth == h100.device.hbm_bandwidth);
+  // Same die, SMs, clocks and HBM3: the same GEMM times (DeepGEMM's FP8 points are H800 measurements).
+  for (const Dtype dtype : {Dtype::kFp8, Dtype::kBf16}) {
+    CAPTURE(moesim::models::dtype_name(dtype));
+    for (const double m : {1.0, 128.0, 4096.0, 65536.0}) {
+      CHECK(close(moesim::models::gemm_time(h800, dtype, m, 7168, 2048),
+                  moesim::models::gemm_time(h100, dtype, m, 7168, 2048)));
+      CHECK(close(moesim::models::gemm_time(h800, dtype, m, 4096, 7168),
+                  moesim::models::gemm_time(h100, dtype, m, 4096, 7168)));
+    }
+  }
+  // DeepEP's ~160 GB/s achievable NVLink on H800 over its 200 GB/s per direction.
+  CHECK(std::abs(h800.nvlink.bandwidth_efficiency - 160.0 / 200.0) <= 1e-3);
+  CHECK(h800.nvlink.provenance.kind == SourceKind::kPublished);
+  // The 8-rank all-reduce: the H100's latency-bound start, its bandwidth-bound end at the H800's link
+  // rate, i.e. lower by 160 / 370 (the H100's achievable one-direction rate).
+  const auto all_reduce8 = [](const Profile& p) {
+    const auto it = std::find_if(p.collectives.begin(), p.collectives.end(),
+                                 [](const auto& c) { return c.op == CollectiveOp::kAllReduce && c.ranks == 8; });
+    REQUIRE(it != p.collectives.end());
+    return *it;
+  };
+  const auto a = all_reduce8(h800);
+  const auto b = all_reduce8(h100);
+  REQUIRE(a.bytes == b.bytes);
+  const auto busbw = [](const moesim::models::CollectiveCurve& c, std::size_t i) {
+    return c.bytes[i] * 1.75 / c.time[i];
+  };
+  const std::size_t last = a.bytes.size() - 1;
+  CHECK(std::abs(busbw(a, last) / busbw(b, last) / (160.0 / 370.0) - 1.0) <= 0.02);
+  CHECK(std::abs(busbw(a, 0) / busbw(b, 0) - 1.0) <= 0.05);
+  CHECK(a.provenance.kind == SourceKind::kModel);
+  // DeepEP's low-latency kernels were measured on H800: the same fixed costs as the h100-sxm's.
+  CHECK(h800.low_latency.dispatch_latency == h100.low_latency.dispatch_latency);
+  CHECK(h800.low_latency.combine_latency == h100.low_latency.combine_latency);
+  CHECK(h800.low_latency.dispatch_latency > 0.0);
+  CHECK(h800.low_latency.combine_latency > 0.0);
 }
 
 TEST_CASE("profile: the committed reference profiles are the converter's output") {

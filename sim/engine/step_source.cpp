@@ -185,19 +185,18 @@ class SequenceReader final : public traces::TraceReader {
   SequenceReader(const traces::TraceShape& shape, long length) : length_(length) {
     if (length < 1) throw common::InputError("trace: balanced needs workload.sequence_length >= 1");
     meta_.shape = shape;
+    meta_.shape.layers.clear();
     meta_.source = "trace: balanced (no recorded routing: sequences of " + std::to_string(length) + " tokens)";
     meta_.token_count = static_cast<std::uint64_t>(length);
     meta_.sequence_count = 1;
   }
   const traces::TraceMeta& meta() const override { return meta_; }
+  // Tokens without routing (the shape has no MoE layers): the balanced source draws all of it.
   bool next(traces::TokenBlock& block, std::size_t max_tokens) override {
     block.clear();
-    const std::size_t per = meta_.shape.layers.size() * static_cast<std::size_t>(meta_.shape.top_k);
     while (block.size() < max_tokens && next_ < static_cast<std::size_t>(length_)) {
       block.sequence.push_back(0);
       block.position.push_back(static_cast<std::uint32_t>(next_++));
-      for (std::size_t i = 0; i < per; ++i)
-        block.experts.push_back(static_cast<std::uint16_t>(i % static_cast<std::size_t>(meta_.shape.top_k)));
     }
     return block.size() > 0;
   }
@@ -221,6 +220,7 @@ class BalancedSource final : public StepSource {
   bool next(StepBatch& step) override {
     if (!inner_->next(step)) return false;
     traces::Rng rng(traces::mix_seed(seed_, step_++));
+    step.experts.assign(step.size() * layers_ * static_cast<std::size_t>(k_), 0);
     // The step's tokens by home rank, in step order.
     std::vector<std::vector<std::size_t>> by_home(step.attention.size());
     for (std::size_t t = 0; t < step.size(); ++t) by_home[static_cast<std::size_t>(step.home[t])].push_back(t);

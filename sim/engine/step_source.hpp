@@ -74,10 +74,10 @@ class SequenceCursor {
 };
 
 // `trace: balanced` (docs/simulator.md, "Balanced routing"): sequences with no recorded routing. A
-// reader of one sequence of `sequence_length` tokens in `shape`, read again and again, its routing a
-// placeholder (experts 0 .. k-1) that make_balanced_source replaces.
+// reader of one sequence of `sequence_length` tokens, read again and again, with no routing at all
+// (its shape has no MoE layers): make_balanced_source draws every step's.
 std::unique_ptr<traces::TraceReader> make_sequence_reader(const traces::TraceShape& shape, long sequence_length);
-// Replaces the routing of every step `inner` makes by perfectly balanced routing: per MoE layer and
+// Gives every step `inner` makes perfectly balanced routing (replacing any it has): per MoE layer and
 // home rank, the rank's tokens in step order draw their k experts from shuffled decks of all E
 // experts, a fresh deck when one runs out (no expert twice for a token), so that every expert gets
 // the same number of each rank's tokens, within one. Step i shuffles with mix_seed(seed, i): the

@@ -353,7 +353,7 @@ const std::vector<BadCase> kBadStudies = {
      "cluster h100-sxm-4gpu"},
     {"bad_study_missing_trace", "7:10", "base.trace: expected an existing file, got \"tiny-missing.trace\""},
     {"bad_study_no_trace", "5:3",
-     "base: expected a trace (the routing to replay) for workload.mode decode of "
+     "base: expected a trace (the routing to replay, or balanced for prefill and decode) for workload.mode decode of "
      "tiny-moe, an MoE model, got none"},
     {"bad_study_trace_shape", "7:10",
      "base.trace: expected a trace of tiny-moe's routing (MoE layers 1..3, 8 "

@@ -10,10 +10,16 @@
 #                  maximum over all variants.
 #   KIND power:    table NAME (default overlap-power-cap): overlapped step time under each cap vs the
 #                  same GPU uncapped, sequential vs overlapped, peak power overlapped vs sequential.
+#   KIND deepseek: OUT_DIR of configs/papers/deepseek-v3-prefill.yaml, NAME the folder of
+#                  deepseek-v3-decode.yaml: table deepseek-v3 (predicted tokens/s per GPU against
+#                  DeepSeek's published figures) and deepseek-v3-breakdown (per MoE layer, from the
+#                  timeline of the first measured steps and the GPUs' busy times).
+#   KIND tbo-sweep: OUT_DIR of a study sweeping overlap.policy over sequential and tbo (the
+#                  deepseek-v3-*-sweep studies): per setting, both policies' tokens/s per GPU and the gain.
 # Paste the output over the marked tables, then run the papers test (ctest -R papers).
 set -eu
-kind=${1:?usage: sh tools/paper-tables.sh moetuner|overlap|power OUT_DIR [NAME]}
-dir=${2:?usage: sh tools/paper-tables.sh moetuner|overlap|power OUT_DIR [NAME]}
+kind=${1:?usage: sh tools/paper-tables.sh moetuner|overlap|power|deepseek|tbo-sweep OUT_DIR [NAME]}
+dir=${2:?usage: sh tools/paper-tables.sh moetuner|overlap|power|deepseek|tbo-sweep OUT_DIR [NAME]}
 name=${3:-}
 exec python3 - "$kind" "$dir" "$name" <<'PY'
 import csv, json, os, sys
@@ -94,6 +100,61 @@ elif kind == "power":
                      "%.0f / %.0f (%s)" % (peak["overlapped"], peak["sequential"], pct(peak["overlapped"] / peak["sequential"] - 1.0))])
     table(marker, ["variant", "power cap", "overlapped s", "vs uncapped", "sequential vs overlapped",
                    "peak W overlapped / sequential"], body)
+elif kind == "deepseek":
+    # Published by DeepSeek (deepseek-ai/profile-data; docs/validation.md, "DeepSeek-V3 on H800").
+    published = {"deepseek-v3-prefill": 7839.0, "deepseek-v3-decode": 2325.0}
+    folders = [folder] + ([name] if name else [])
+    summary, breakdown = [], []
+    for f in folders:
+        doc = json.load(open(os.path.join(f, "results.json")))
+        study = doc["context"]["study"]
+        with open(os.path.join(f, "variants", doc["variants"][0]["name"], "result.json")) as r:
+            v = json.load(r)["variant"]
+        gpus = v["inputs"]["ep"] * v["inputs"]["tp"]
+        tl = v["timelines"][0]
+        steps = v["inputs"]["steps"]
+        per_gpu = v["throughput_tokens_per_s"] / gpus
+        pub = published[study]
+        summary.append([study, str(gpus), "{:,.0f}".format(pub), "{:,.0f}".format(per_gpu), pct(per_gpu / pub - 1.0),
+                        "%.2f" % (1e3 * v["step_latency_s"]["p50"]), str(steps), tl["label"]])
+        # Per MoE layer and GPU, both micro-batches: the timeline's first measured steps.
+        with open(os.path.join(f, "variants", v["name"], "timeline.json")) as t:
+            events = [e for e in json.load(t)["traceEvents"] if e.get("ph") == "X"]
+        moe = {l["layer"] for l in tl["layers"] if l["moe"]}
+        timeline_steps = len({e["args"]["step"] for e in events})
+        ngpu = len({e["pid"] for e in events})
+        sums = {}
+        for e in events:
+            if " L" in e["name"] and int(e["name"].rsplit(" L", 1)[1]) in moe:
+                sums[e["cat"]] = sums.get(e["cat"], 0.0) + e["dur"]
+        scale = 1e-3 / (timeline_steps * ngpu * len(moe))  # us -> ms per MoE layer and GPU
+        busy = lambda k: sum(g[k] for g in tl["gpus"]) / len(tl["gpus"]) / steps / len(moe) * 1e3
+        hidden = busy("both_busy_s")
+        exposed = busy("comm_busy_s") - hidden
+        breakdown.append([study] + ["%.3f" % (sums.get(c, 0.0) * scale)
+                                    for c in ("attention", "shared_experts", "experts", "dispatch", "combine")] +
+                         ["%.3f" % hidden, "%.3f" % exposed, "%.3f" % (1e3 * v["step_latency_s"]["p50"] / len(tl["layers"])),
+                          pct(v["compute_slowdown"] if abs(v["compute_slowdown"]) > 1e-6 else 0.0)])
+    table("deepseek-v3", ["study", "GPUs", "published tok/s per GPU", "predicted tok/s per GPU", "error",
+                          "step p50 ms", "steps", "timeline"], summary)
+    print()
+    table("deepseek-v3-breakdown", ["study", "attention", "shared expert", "routed experts", "dispatch", "combine",
+                                    "comm hidden", "comm exposed", "step / layers", "compute slowdown"], breakdown)
+elif kind == "tbo-sweep":
+    groups = {}
+    for r in rows:
+        v = result(r["variant"])
+        key = tuple(sorted((k, str(x)) for k, x in v["assignments"].items() if k != "overlap.policy"))
+        gpus = v["inputs"]["ep"] * v["inputs"]["tp"]
+        groups.setdefault(key, {})[v["inputs"]["overlap"]] = (float(r["step_p50_s"]), v["throughput_tokens_per_s"] / gpus)
+    body = []
+    for key, by in groups.items():
+        s, t = by["sequential"], by["tbo"]
+        body.append([", ".join("%s=%s" % kv for kv in key) or "(base)", "%.2f" % (1e3 * s[0]), "{:,.0f}".format(s[1]),
+                     "%.2f" % (1e3 * t[0]), "{:,.0f}".format(t[1]), pct(t[1] / s[1] - 1.0)])
+    table(name or os.path.basename(os.path.normpath(folder)),
+          ["setting", "sequential p50 ms", "sequential tok/s per GPU", "tbo p50 ms", "tbo tok/s per GPU",
+           "tbo gain"], body)
 else:
-    sys.exit("paper-tables.sh: KIND must be moetuner, overlap or power, got " + kind)
+    sys.exit("paper-tables.sh: KIND must be moetuner, overlap, power, deepseek or tbo-sweep, got " + kind)
 PY

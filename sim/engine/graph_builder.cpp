@@ -717,8 +717,9 @@ void GraphBuilder::build_layer(StepGraph& g, const StepBatch& batch, int d, std:
 models::ExpertWork GraphBuilder::expert_work(const std::vector<long>& per_expert, int tp) const {
   double rows = 0.0;
   for (const long n : per_expert) rows += static_cast<double>(n);
-  models::ExpertWork w = models::grouped_expert_time(profile_, arch_, per_expert, tp) +
-                         models::elementwise_time(profile_, models::activation_elementwise(arch_, rows, arch_.expert_ffn_size, tp));
+  const models::Elementwise act = models::activation_elementwise(arch_, rows, arch_.expert_ffn_size, tp);
+  models::ExpertWork w =
+      models::grouped_expert_time(profile_, arch_, per_expert, tp) + models::elementwise_time(profile_, act);
   if (input_.options.dispatch != DispatchMode::kLowLatency)
     w = w + models::elementwise_time(profile_, models::permute_elementwise(arch_, rows));
   return w;

@@ -45,6 +45,15 @@ void reset_lists(std::vector<std::vector<std::uint32_t>>& v, std::size_t outer) 
   for (std::size_t i = 0; i < outer; ++i) v[i].clear();
 }
 
+// Per home rank, the tokens whose logits the LM head computes: a prefill step's prompts that end in
+// it (one each), every token where the batch does not say (decode).
+std::vector<long> head_rows(const StepBatch& batch, const std::vector<long>& home_tokens) {
+  std::vector<long> rows = home_tokens;
+  for (std::size_t r = 0; r < rows.size() && r < batch.logits.size(); ++r)
+    if (!batch.logits[r].empty()) rows[r] = std::count(batch.logits[r].begin(), batch.logits[r].end(), 1);
+  return rows;
+}
+
 std::vector<long> tokens_per_home(const StepBatch& batch, int ep) {
   std::vector<long> home_tokens(static_cast<std::size_t>(ep), 0);
   for (int h : batch.home) ++home_tokens[static_cast<std::size_t>(h)];
@@ -841,11 +850,11 @@ void GraphBuilder::build_training_step(StepGraph& g) {
   end_step(g, {&s.ready}, s, true);
 }
 
-// The vocabulary projection of each rank's tokens (vocabulary split by TP).
-void GraphBuilder::add_head(StepGraph& g, const std::vector<long>& home_tokens, Streams& s) {
+// The vocabulary projection of each rank's `rows` (the tokens that need logits; vocabulary split by TP).
+void GraphBuilder::add_head(StepGraph& g, const std::vector<long>& rows, Streams& s) {
   const int tp = input_.tp;
   for (int gpu = 0; gpu < gpus(); ++gpu) {
-    const long tokens = home_tokens[static_cast<std::size_t>(gpu / tp)];
+    const long tokens = rows[static_cast<std::size_t>(gpu / tp)];
     if (tokens == 0) continue;
     const double n = static_cast<double>(arch_.vocab_size) / tp;
     const double m = static_cast<double>(tokens);
@@ -877,7 +886,7 @@ void GraphBuilder::build_inference_step(StepGraph& g, const StepBatch& batch) {
   const std::vector<long> home_tokens = tokens_per_home(batch, input_.ep);
   std::size_t li = 0;  // index of the next MoE layer in the trace / placement
   for (int d = 0; d < arch_.num_layers; ++d) build_layer(g, batch, d, li, home_tokens, s);
-  add_head(g, home_tokens, s);
+  add_head(g, head_rows(batch, home_tokens), s);
   end_step(g, {&s.ready}, s, false);
 }
 
@@ -887,6 +896,7 @@ std::vector<GraphBuilder::MicroBatch> GraphBuilder::split_micro_batches(const St
   std::vector<MicroBatch> mbs(2);
   for (auto& mb : mbs) {
     mb.home_tokens.assign(home_tokens.size(), 0);
+    mb.head_rows.assign(home_tokens.size(), 0);
     mb.attention.resize(home_tokens.size());
     mb.ready.assign(static_cast<std::size_t>(gpus()), root);
   }
@@ -896,9 +906,16 @@ std::vector<GraphBuilder::MicroBatch> GraphBuilder::split_micro_batches(const St
     mbs[0].home_tokens[r] = first;
     mbs[1].home_tokens[r] = home_tokens[r] - first;
     const auto& a = batch.attention[r];
+    const bool flagged = r < batch.logits.size() && !batch.logits[r].empty();
+    if (!flagged) {
+      mbs[0].head_rows[r] = mbs[0].home_tokens[r];
+      mbs[1].head_rows[r] = mbs[1].home_tokens[r];
+    }
     for (std::size_t q = 0; q < a.new_tokens.size(); ++q) {
       const long k = a.new_tokens[q], c = a.context[q];
       const long head = std::min(first, k);
+      // The entry's last token, and its logits, are in the second micro-batch if the entry is split.
+      if (flagged && batch.logits[r][q]) ++mbs[k > head ? 1 : 0].head_rows[r];
       if (head > 0) {
         mbs[0].attention[r].new_tokens.push_back(head);
         mbs[0].attention[r].context.push_back(c);
@@ -947,7 +964,7 @@ void GraphBuilder::build_two_batch_step(StepGraph& g, const StepBatch& batch, St
       });
     ++li;
   }
-  for (auto& mb : mbs) with(mb, [&] { add_head(g, mb.home_tokens, s); });
+  for (auto& mb : mbs) with(mb, [&] { add_head(g, mb.head_rows, s); });
   end_step(g, {&mbs[0].ready, &mbs[1].ready}, s, false);
 }
 

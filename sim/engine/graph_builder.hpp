@@ -58,6 +58,7 @@ class GraphBuilder {
   // its tokens per home rank, its attention per home rank, and where its data stands per GPU.
   struct MicroBatch {
     std::vector<long> home_tokens;
+    std::vector<long> head_rows;  // per home rank: tokens whose logits the LM head computes
     std::vector<models::AttentionBatch> attention;
     std::vector<std::uint32_t> ready;
   };
@@ -69,7 +70,7 @@ class GraphBuilder {
   void build_two_batch_step(StepGraph& g, const StepBatch& batch, Streams& s, std::uint32_t root);
   std::vector<MicroBatch> split_micro_batches(const StepBatch& batch, const std::vector<long>& home_tokens,
                                               std::uint32_t root) const;
-  void add_head(StepGraph& g, const std::vector<long>& home_tokens, Streams& s);
+  void add_head(StepGraph& g, const std::vector<long>& rows, Streams& s);
   void end_step(StepGraph& g, const std::vector<const std::vector<std::uint32_t>*>& ready, const Streams& s,
                 bool wait_compute);
   void build_training_step(StepGraph& g);

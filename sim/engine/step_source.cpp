@@ -16,6 +16,7 @@ void StepBatch::clear() {
     a.new_tokens.clear();
     a.context.clear();
   }
+  for (auto& l : logits) l.clear();
 }
 
 SequenceCursor::SequenceCursor(traces::TraceReader& reader) : reader_(reader) {
@@ -140,6 +141,7 @@ class PrefillSource final : public StepSource {
   bool next(StepBatch& step) override {
     step.clear();
     step.attention.resize(static_cast<std::size_t>(dp_));
+    step.logits.resize(static_cast<std::size_t>(dp_));
     const std::size_t ids = cursor_.ids_per_token();
     long room = budget_;
     while (room > 0) {
@@ -156,6 +158,9 @@ class PrefillSource final : public StepSource {
       auto& a = step.attention[static_cast<std::size_t>(home)];
       a.new_tokens.push_back(take);
       a.context.push_back(static_cast<long>(offset_));
+      // A prompt's logits are computed once, for its last token (the first generated token's).
+      const bool last = offset_ + static_cast<std::size_t>(take) == current_.tokens;
+      step.logits[static_cast<std::size_t>(home)].push_back(last ? 1 : 0);
       for (long t = 0; t < take; ++t) {
         step.home.push_back(home);
         step.token_index.push_back(token_counter_++);
@@ -211,7 +216,7 @@ class SequenceReader final : public traces::TraceReader {
 class BalancedSource final : public StepSource {
  public:
   BalancedSource(std::unique_ptr<StepSource> inner, int experts, int top_k, std::size_t layers, std::uint64_t seed)
-      : inner_(std::move(inner)), experts_(experts), k_(top_k), layers_(layers), seed_(seed) {
+      : inner_(std::move(inner)), k_(top_k), layers_(layers), seed_(seed) {
     if (experts < 1 || top_k < 1 || top_k > experts)
       throw common::InputError("balanced routing needs 1 <= top_k <= experts");
     deck_.resize(static_cast<std::size_t>(experts));
@@ -253,7 +258,6 @@ class BalancedSource final : public StepSource {
 
  private:
   std::unique_ptr<StepSource> inner_;
-  int experts_;
   int k_;
   std::size_t layers_;
   std::uint64_t seed_;

@@ -22,6 +22,10 @@ struct StepBatch {
   std::vector<std::uint64_t> token_index;   // per token: its index in the trace stream (replica choice)
   std::vector<std::uint16_t> experts;       // [token][layer][k]
   std::vector<models::AttentionBatch> attention;  // per DP rank: the sequences it attends this step
+  // Per DP rank, parallel to attention[r]'s entries: 1 where the entry's last token is its sequence's
+  // last prompt token (prefill), whose logits the LM head computes; empty for a rank: every token
+  // gets logits (decode: each step samples one token of each sequence).
+  std::vector<std::vector<std::uint8_t>> logits;
   std::size_t size() const { return home.size(); }
   void clear();
 };

@@ -16,6 +16,7 @@
 #include "tests/support/test_support.hpp"
 
 namespace fs = std::filesystem;
+using moesim::testing::marked_lines;
 using moesim::testing::read_text;
 using moesim::testing::run_moesim;
 using moesim::testing::run_program;
@@ -24,22 +25,6 @@ using moesim::testing::TempDir;
 using moesim::testing::write_text;
 
 namespace {
-
-// The lines between `<!-- papers:NAME:begin -->` and `<!-- papers:NAME:end -->`, blank lines dropped.
-std::vector<std::string> marked_lines(const std::string& text, const std::string& name) {
-  const std::string begin = "<!-- papers:" + name + ":begin -->";
-  const std::string end = "<!-- papers:" + name + ":end -->";
-  const auto b = text.find(begin);
-  const auto e = text.find(end);
-  REQUIRE_MESSAGE(b != std::string::npos, "no " << begin);
-  REQUIRE_MESSAGE(e != std::string::npos, "no " << end);
-  REQUIRE(b < e);
-  std::vector<std::string> out;
-  std::stringstream body(text.substr(b + begin.size(), e - b - begin.size()));
-  for (std::string line; std::getline(body, line);)
-    if (line.find_first_not_of(' ') != std::string::npos) out.push_back(line);
-  return out;
-}
 
 nlohmann::json only_variant(const fs::path& out) {
   const auto doc = nlohmann::json::parse(read_text(out / "results.json"));

@@ -40,24 +40,13 @@ std::string trim(const std::string& s) {
 
 // The body rows of the markdown table between `<!-- papers:NAME:begin -->` and `...:end -->`, as cells.
 std::vector<std::vector<std::string>> marked_table(const std::string& doc, const std::string& name) {
-  const std::string begin = "<!-- papers:" + name + ":begin -->";
-  const std::string end = "<!-- papers:" + name + ":end -->";
-  const auto b = doc.find(begin);
-  const auto e = doc.find(end);
-  REQUIRE_MESSAGE(b != std::string::npos, "docs/validation.md has no " << begin);
-  REQUIRE_MESSAGE(e != std::string::npos, "docs/validation.md has no " << end);
-  REQUIRE(b < e);
   std::vector<std::vector<std::string>> rows;
-  std::stringstream body(doc.substr(b + begin.size(), e - b - begin.size()));
-  int line_no = 0;
-  for (std::string line; std::getline(body, line);) {
-    if (trim(line).empty()) continue;
-    ++line_no;
-    if (line_no <= 2) continue;  // the header and the --- row
-    auto cells = split(line, '|');
+  const auto lines = moesim::testing::marked_lines(doc, name);
+  for (std::size_t i = 2; i < lines.size(); ++i) {  // after the header and the --- row
+    auto cells = split(lines[i], '|');
     REQUIRE(cells.size() >= 3);
     std::vector<std::string> row;
-    for (std::size_t i = 1; i + 1 < cells.size(); ++i) row.push_back(trim(cells[i]));
+    for (std::size_t c = 1; c + 1 < cells.size(); ++c) row.push_back(trim(cells[c]));
     rows.push_back(row);
   }
   return rows;

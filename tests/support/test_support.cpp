@@ -1,5 +1,7 @@
 #include "tests/support/test_support.hpp"
 
+#include <doctest/doctest.h>
+
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -114,6 +116,21 @@ void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
   if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+std::vector<std::string> marked_lines(const std::string& text, const std::string& name) {
+  const std::string begin = "<!-- papers:" + name + ":begin -->";
+  const std::string end = "<!-- papers:" + name + ":end -->";
+  const auto b = text.find(begin);
+  const auto e = text.find(end);
+  REQUIRE_MESSAGE(b != std::string::npos, "no " << begin);
+  REQUIRE_MESSAGE(e != std::string::npos, "no " << end);
+  REQUIRE(b < e);
+  std::vector<std::string> out;
+  std::stringstream body(text.substr(b + begin.size(), e - b - begin.size()));
+  for (std::string line; std::getline(body, line);)
+    if (line.find_first_not_of(' ') != std::string::npos) out.push_back(line);
+  return out;
 }
 
 }  // namespace moesim::testing

@@ -69,4 +69,8 @@ CliResult run_program(const std::string& program, const std::vector<std::string>
 std::string read_text(const std::filesystem::path& path);
 void write_text(const std::filesystem::path& path, const std::string& text);
 
+// The non-blank lines between `<!-- papers:NAME:begin -->` and `<!-- papers:NAME:end -->` in `text`
+// (docs/validation.md's generated tables); a test failure when either marker is missing.
+std::vector<std::string> marked_lines(const std::string& text, const std::string& name);
+
 }  // namespace moesim::testing

@@ -38,6 +38,23 @@ std::vector<std::vector<long>> ending(const traces::MemoryTrace& trace, int step
   return out;
 }
 
+// Two toy GPUs, one home rank each, replaying two_prompts; `steps` measured steps, all in the timeline.
+testing::SimSetup two_gpus(sim::WorkloadMode mode, int steps) {
+  testing::SimSetup c;
+  c.arch = toy_arch(8, 1);
+  c.cluster = testing::toy_cluster(2, 100e9, 1e-6);
+  c.profile = testing::toy_profile();
+  c.ep = 2;
+  c.placement = testing::identity_placement(c.arch, c.ep);
+  c.memory = two_prompts(c.arch);
+  c.workload.mode = mode;
+  c.options.steps = steps;
+  c.options.timeline_steps = steps;
+  c.options.layer_chunks = {1};
+  c.options.contention = false;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("prefill: a prompt's logits are computed once, in the step holding its last token") {
@@ -54,19 +71,8 @@ TEST_CASE("prefill: a prompt's logits are computed once, in the step holding its
   // The simulated LM head: one GEMM of those rows on the rank's GPU, none where no prompt ends; the
   // same whether the step runs as one batch or as two micro-batches (the rows are in the second
   // micro-batch when a prompt's entry is split).
-  testing::SimSetup c;
-  c.arch = arch;
-  c.cluster = testing::toy_cluster(2, 100e9, 1e-6);
-  c.profile = testing::toy_profile();
-  c.ep = 2;
-  c.placement = testing::identity_placement(c.arch, c.ep);
-  c.memory = trace;
-  c.workload.mode = sim::WorkloadMode::kPrefill;
+  testing::SimSetup c = two_gpus(sim::WorkloadMode::kPrefill, 4);
   c.workload.tokens_per_step = 24;
-  c.options.steps = 4;
-  c.options.timeline_steps = 4;
-  c.options.layer_chunks = {1};
-  c.options.contention = false;
   const double one = models::gemm_time(c.profile, arch.dtype, 1, arch.vocab_size, arch.hidden_size);
   for (int micro : {1, 2}) {
     CAPTURE(micro);
@@ -88,19 +94,8 @@ TEST_CASE("prefill: a prompt's logits are computed once, in the step holding its
 }
 
 TEST_CASE("decode: every sequence's token gets logits") {
-  testing::SimSetup c;
-  c.arch = toy_arch(8, 1);
-  c.cluster = testing::toy_cluster(2, 100e9, 1e-6);
-  c.profile = testing::toy_profile();
-  c.ep = 2;
-  c.placement = testing::identity_placement(c.arch, c.ep);
-  c.memory = two_prompts(c.arch);
-  c.workload.mode = sim::WorkloadMode::kDecode;
+  testing::SimSetup c = two_gpus(sim::WorkloadMode::kDecode, 2);
   c.workload.batch_sequences = 6;  // 3 a rank
-  c.options.steps = 2;
-  c.options.timeline_steps = 2;
-  c.options.layer_chunks = {1};
-  c.options.contention = false;
   const sim::SimResult r = testing::simulate_setup(c, c.options);
   const double three = models::gemm_time(c.profile, c.arch.dtype, 3, c.arch.vocab_size, c.arch.hidden_size);
   int heads = 0;

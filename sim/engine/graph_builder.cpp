@@ -293,12 +293,12 @@ void GraphBuilder::add_shared_experts(StepGraph& g, const std::vector<long>& hom
   for (int gpu = 0; gpu < gpus(); ++gpu) {
     const long tokens = home_tokens[static_cast<std::size_t>(gpu / tp)];
     const auto rows = static_cast<double>(tokens);
+    const models::ExpertWork w =
+        models::dense_ffn_time(profile_, arch_, tokens, ffn, tp) +
+        models::elementwise_time(profile_, models::activation_elementwise(arch_, rows, ffn, tp)) +
+        models::elementwise_time(profile_, models::moe_sum_elementwise(arch_, rows));
     m.shared_done[static_cast<std::size_t>(gpu)] =
-        add_compute(g, gpu, Category::kShared, slot,
-                    models::dense_ffn_time(profile_, arch_, tokens, ffn, tp) +
-                        models::elementwise_time(profile_, models::activation_elementwise(arch_, rows, ffn, tp)) +
-                        models::elementwise_time(profile_, models::moe_sum_elementwise(arch_, rows)),
-                    s, {s.ready[static_cast<std::size_t>(gpu)]});
+        add_compute(g, gpu, Category::kShared, slot, w, s, {s.ready[static_cast<std::size_t>(gpu)]});
   }
 }
 
@@ -680,12 +680,10 @@ void GraphBuilder::add_attention(StepGraph& g, const std::vector<models::Attenti
   for (int gpu = 0; gpu < gpus(); ++gpu) {
     const auto& a = attention[static_cast<std::size_t>(gpu / tp)];
     if (a.new_tokens.empty()) continue;
-    long tokens = 0;
-    for (const long n : a.new_tokens) tokens += n;
     // The layer's norms (and FP8 quantisation) run with its attention, on every GPU of the group.
-    const models::ExpertWork w =
-        models::attention_time(profile_, arch_, a, tp) +
-        models::elementwise_time(profile_, models::layer_elementwise(arch_, static_cast<double>(tokens)));
+    const auto tokens = static_cast<double>(home_tokens[static_cast<std::size_t>(gpu / tp)]);
+    const models::ExpertWork w = models::attention_time(profile_, arch_, a, tp) +
+                                 models::elementwise_time(profile_, models::layer_elementwise(arch_, tokens));
     s.ready[static_cast<std::size_t>(gpu)] =
         add_compute(g, gpu, Category::kAttention, slot, w, s, {s.ready[static_cast<std::size_t>(gpu)]});
   }

@@ -215,11 +215,11 @@ class SequenceReader final : public traces::TraceReader {
 
 class BalancedSource final : public StepSource {
  public:
-  BalancedSource(std::unique_ptr<StepSource> inner, int experts, int top_k, std::size_t layers, std::uint64_t seed)
-      : inner_(std::move(inner)), k_(top_k), layers_(layers), seed_(seed) {
-    if (experts < 1 || top_k < 1 || top_k > experts)
+  BalancedSource(std::unique_ptr<StepSource> inner, const traces::TraceShape& shape, std::uint64_t seed)
+      : inner_(std::move(inner)), k_(shape.top_k), layers_(shape.layers.size()), seed_(seed) {
+    if (shape.num_experts < 1 || shape.top_k < 1 || shape.top_k > shape.num_experts)
       throw common::InputError("balanced routing needs 1 <= top_k <= experts");
-    deck_.resize(static_cast<std::size_t>(experts));
+    deck_.resize(static_cast<std::size_t>(shape.num_experts));
   }
 
   bool next(StepBatch& step) override {
@@ -271,9 +271,9 @@ std::unique_ptr<traces::TraceReader> make_sequence_reader(const traces::TraceSha
   return std::make_unique<SequenceReader>(shape, sequence_length);
 }
 
-std::unique_ptr<StepSource> make_balanced_source(std::unique_ptr<StepSource> inner, int num_experts, int top_k,
-                                                 std::size_t layers, std::uint64_t seed) {
-  return std::make_unique<BalancedSource>(std::move(inner), num_experts, top_k, layers, seed);
+std::unique_ptr<StepSource> make_balanced_source(std::unique_ptr<StepSource> inner, const traces::TraceShape& shape,
+                                                 std::uint64_t seed) {
+  return std::make_unique<BalancedSource>(std::move(inner), shape, seed);
 }
 
 std::unique_ptr<StepSource> make_decode_source(traces::TraceReader& reader, int dp, int batch_sequences,

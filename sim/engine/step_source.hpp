@@ -86,8 +86,9 @@ std::unique_ptr<traces::TraceReader> make_sequence_reader(const traces::TraceSha
 // experts, a fresh deck when one runs out (no expert twice for a token), so that every expert gets
 // the same number of each rank's tokens, within one. Step i shuffles with mix_seed(seed, i): the
 // same steps in every process and step range. repeated() is false: nothing recorded is replayed.
-std::unique_ptr<StepSource> make_balanced_source(std::unique_ptr<StepSource> inner, int num_experts, int top_k,
-                                                 std::size_t layers, std::uint64_t seed);
+// `shape` gives the MoE layers, experts E and top-k (Architecture::trace_shape()).
+std::unique_ptr<StepSource> make_balanced_source(std::unique_ptr<StepSource> inner, const traces::TraceShape& shape,
+                                                 std::uint64_t seed);
 
 std::unique_ptr<StepSource> make_decode_source(traces::TraceReader& reader, int dp, int batch_sequences,
                                                bool staggered = true);

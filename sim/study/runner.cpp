@@ -53,10 +53,9 @@ std::function<SimResult()> timeline_job(const Scenario& s, const VariantInputs& 
     std::unique_ptr<traces::TraceReader> reader;
     std::unique_ptr<StepSource> source;
     if (s.balanced_routing) {
-      const traces::TraceShape shape{in.arch.name, in.arch.moe_layers, in.arch.num_experts, in.arch.top_k};
+      const traces::TraceShape shape = in.arch.trace_shape();
       reader = make_sequence_reader(shape, s.workload.sequence_length);
-      source = make_balanced_source(make_source(s, *reader, in.ep), in.arch.num_experts, in.arch.top_k,
-                                    in.arch.moe_layers.size(), s.seed);
+      source = make_balanced_source(make_source(s, *reader, in.ep), shape, s.seed);
     } else if (needs_trace(s, in.arch)) {
       reader = std::make_unique<traces::CachingTraceReader>(traces::open_trace(s.trace));
       source = make_source(s, *reader, in.ep);

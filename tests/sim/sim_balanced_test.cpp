@@ -20,7 +20,7 @@ traces::TraceShape shape() { return {"toy", {1, 2}, kExperts, kTopK}; }
 
 std::unique_ptr<sim::StepSource> balanced(traces::TraceReader& reader, bool decode, std::uint64_t seed) {
   auto inner = decode ? sim::make_decode_source(reader, 4, 64) : sim::make_prefill_source(reader, 4, 400);
-  return sim::make_balanced_source(std::move(inner), kExperts, kTopK, 2, seed);
+  return sim::make_balanced_source(std::move(inner), shape(), seed);
 }
 
 }  // namespace

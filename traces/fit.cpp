@@ -291,19 +291,23 @@ FittedModel fit_model(TraceReader& source, const FitOptions& options) {
   return model;
 }
 
-TraceMeta fitted_meta(const FittedModel& model, std::uint64_t tokens, std::uint64_t seed) {
+TraceMeta fitted_meta(const FittedModel& model, std::uint64_t tokens, std::uint64_t seed, double drift) {
   TraceMeta meta;
   meta.shape = model.shape;
   meta.has_weights = model.has_weights;
   meta.token_count = tokens;
   std::ostringstream src;
   src << "moesim trace generate (fitted): seed " << seed << ", jump " << model.jump << ", mutation "
-      << model.mutation << ", model of " << model.tokens() << " tokens of [" << model.source << "]";
+      << model.mutation;
+  if (drift > 0.0) src << ", drift " << drift;
+  src << ", model of " << model.tokens() << " tokens of [" << model.source << "]";
   meta.source = src.str();
   return meta;
 }
 
-void generate_fitted(const FittedModel& model, std::uint64_t tokens, std::uint64_t seed, TraceWriter& out) {
+void generate_fitted(const FittedModel& model, std::uint64_t tokens, std::uint64_t seed, TraceWriter& out,
+                     double drift) {
+  if (!(drift >= 0.0 && drift <= 1.0)) throw common::InputError("drift must be in [0, 1]");
   const std::size_t layers = model.shape.layers.size();
   const auto k = static_cast<std::size_t>(model.shape.top_k);
   const auto n = static_cast<std::size_t>(model.shape.num_experts);
@@ -386,6 +390,11 @@ void generate_fitted(const FittedModel& model, std::uint64_t tokens, std::uint64
       }
       block.sequence.push_back(sequence);
       block.position.push_back(static_cast<std::uint32_t>(position));
+      if (drift > 0.0) {
+        const auto shift = static_cast<std::uint64_t>(std::floor(drift * static_cast<double>(n) *
+                                                                 static_cast<double>(written) / static_cast<double>(tokens)));
+        for (auto& e : set) e = static_cast<std::uint16_t>((e + shift) % n);
+      }
       block.experts.insert(block.experts.end(), set.begin(), set.end());
       ++written;
       if (block.size() == kBlockTokens) {

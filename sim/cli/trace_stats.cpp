@@ -105,9 +105,8 @@ int run_stats(const Args& args, Context& ctx) {
 }
 
 // Options that shape a synthetic trace; with --fit or --model they have no meaning.
-const std::vector<std::string> kSyntheticOnly = {"zipf",          "hot-experts", "hot-share",
-                                                 "affinity",      "drift",       "seq-len",
-                                                 "seq-len-range", "expert-counts", "popularity-seed"};
+const std::vector<std::string> kSyntheticOnly = {"zipf",          "hot-experts",   "hot-share",      "affinity",
+                                                 "seq-len",       "seq-len-range", "expert-counts", "popularity-seed"};
 const std::vector<std::string> kFitOnly = {"fit-jump", "fit-mutation", "fit-max-tokens", "save-model"};
 
 void parse_seq_len(const po::variables_map& vm, traces::SyntheticParams& p) {
@@ -182,7 +181,8 @@ int run_generate(const Args& args, Context& ctx) {
       "hot-experts", po::value<int>(), "number of hot experts per layer (with --hot-share)")(
       "hot-share", po::value<double>(), "share of all assignments the hot experts receive, in (0, 1)")(
       "affinity", po::value<double>(), "cross-layer affinity, 0 (layers independent) .. 1 (default 0.5)")(
-      "drift", po::value<double>(), "popularity rotation over the trace, fraction of the experts, 0..1 (default 0)")(
+      "drift", po::value<double>(),
+      "popularity rotation over the trace, fraction of the experts, 0..1 (default 0); also for --fit and --model")(
       "seq-len", po::value<std::string>(), "fixed sequence length (default 512)")(
       "seq-len-range", po::value<std::string>(), "sequence lengths uniform in MIN:MAX")(
       "weights", po::bool_switch(), "emit gate weights");
@@ -321,8 +321,13 @@ int run_generate(const Args& args, Context& ctx) {
     model = traces::load_model(path);
     what_line = "from the model " + path + ", seed " + std::to_string(seed);
   }
-  write_with(traces::fitted_meta(model, tokens, seed),
-             [&](traces::TraceWriter& w) { traces::generate_fitted(model, tokens, seed, w); });
+  // Drift relabels the fitted experts as the trace advances (traces/fit.hpp).
+  const double drift = vm->count("drift") ? (*vm)["drift"].as<double>() : 0.0;
+  if (!(drift >= 0.0 && drift <= 1.0))
+    throw common::UsageError("--drift: expected a fraction of the experts in [0, 1], got " + std::to_string(drift));
+  if (drift > 0.0) what_line += ", drift " + std::to_string(drift);
+  write_with(traces::fitted_meta(model, tokens, seed, drift),
+             [&](traces::TraceWriter& w) { traces::generate_fitted(model, tokens, seed, w, drift); });
   return common::kExitOk;
 }
 

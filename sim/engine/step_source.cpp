@@ -1,6 +1,7 @@
 #include "sim/engine/step_source.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/error.hpp"
 #include "sim/placement/routing_rule.hpp"
@@ -81,8 +82,8 @@ namespace {
 
 class DecodeSource final : public StepSource {
  public:
-  DecodeSource(traces::TraceReader& reader, int dp, int batch, bool staggered)
-      : cursor_(reader), dp_(dp), slots_(static_cast<std::size_t>(batch)) {
+  DecodeSource(std::unique_ptr<SequenceFeed> feed, int dp, int batch, bool staggered)
+      : feed_(std::move(feed)), cursor_(*feed_), dp_(dp), slots_(static_cast<std::size_t>(batch)) {
     if (dp < 1 || batch < 1) throw common::InputError("decode needs at least one sequence and one rank");
     // Staggered start: slot i of B joins its first sequence at position floor(i x length / B), its
     // earlier tokens already in the KV cache, so the batch is spread over positions as a serving
@@ -125,7 +126,8 @@ class DecodeSource final : public StepSource {
     s.next_token = 0;
     ++started_;
   }
-  SequenceCursor cursor_;
+  std::unique_ptr<SequenceFeed> feed_;
+  SequenceFeed& cursor_;
   int dp_;
   std::vector<Slot> slots_;
   std::uint64_t token_counter_ = 0;
@@ -134,7 +136,8 @@ class DecodeSource final : public StepSource {
 
 class PrefillSource final : public StepSource {
  public:
-  PrefillSource(traces::TraceReader& reader, int dp, long budget) : cursor_(reader), dp_(dp), budget_(budget) {
+  PrefillSource(std::unique_ptr<SequenceFeed> feed, int dp, long budget)
+      : feed_(std::move(feed)), cursor_(*feed_), dp_(dp), budget_(budget) {
     if (dp < 1 || budget < 1) throw common::InputError("prefill needs tokens_per_step >= 1");
   }
 
@@ -176,7 +179,8 @@ class PrefillSource final : public StepSource {
   std::uint64_t sequences_started() const override { return started_; }
 
  private:
-  SequenceCursor cursor_;
+  std::unique_ptr<SequenceFeed> feed_;
+  SequenceFeed& cursor_;
   int dp_;
   long budget_;
   TraceSequence current_;
@@ -278,11 +282,100 @@ std::unique_ptr<StepSource> make_balanced_source(std::unique_ptr<StepSource> inn
 
 std::unique_ptr<StepSource> make_decode_source(traces::TraceReader& reader, int dp, int batch_sequences,
                                                bool staggered) {
-  return std::make_unique<DecodeSource>(reader, dp, batch_sequences, staggered);
+  return std::make_unique<DecodeSource>(std::make_unique<SequenceCursor>(reader), dp, batch_sequences, staggered);
 }
 
 std::unique_ptr<StepSource> make_prefill_source(traces::TraceReader& reader, int dp, long tokens_per_step) {
-  return std::make_unique<PrefillSource>(reader, dp, tokens_per_step);
+  return std::make_unique<PrefillSource>(std::make_unique<SequenceCursor>(reader), dp, tokens_per_step);
+}
+
+std::unique_ptr<StepSource> make_decode_source(std::unique_ptr<SequenceFeed> feed, int dp, int batch_sequences,
+                                               bool staggered) {
+  return std::make_unique<DecodeSource>(std::move(feed), dp, batch_sequences, staggered);
+}
+
+std::unique_ptr<StepSource> make_prefill_source(std::unique_ptr<SequenceFeed> feed, int dp, long tokens_per_step) {
+  return std::make_unique<PrefillSource>(std::move(feed), dp, tokens_per_step);
+}
+
+namespace {
+
+class MixedFeed final : public SequenceFeed {
+ public:
+  MixedFeed(const std::vector<traces::TraceReader*>& readers, const std::vector<double>& weights, std::uint64_t seed)
+      : rng_(seed) {
+    if (readers.empty() || readers.size() != weights.size())
+      throw common::InputError("a workload mix needs one weight per trace, and at least one trace");
+    double total = 0.0;
+    for (std::size_t i = 0; i < readers.size(); ++i) {
+      if (!(weights[i] > 0.0) || !std::isfinite(weights[i]))
+        throw common::InputError("a workload mix needs weights > 0, got " + std::to_string(weights[i]));
+      cursors_.push_back(std::make_unique<SequenceCursor>(*readers[i]));
+      if (cursors_.back()->ids_per_token() != cursors_.front()->ids_per_token())
+        throw common::InputError("the traces of a workload mix must have the same routing shape");
+      total += weights[i];
+      cumulative_.push_back(total);
+    }
+    for (double& c : cumulative_) c /= total;
+  }
+  void next(TraceSequence& out) override {
+    const double u = rng_.uniform();
+    std::size_t i = 0;
+    while (i + 1 < cumulative_.size() && u >= cumulative_[i]) ++i;
+    cursors_[i]->next(out);
+    out.ordinal = ordinal_++;
+  }
+  bool wrapped() const override {
+    return std::any_of(cursors_.begin(), cursors_.end(), [](const auto& c) { return c->wrapped(); });
+  }
+  std::size_t ids_per_token() const override { return cursors_.front()->ids_per_token(); }
+
+ private:
+  std::vector<std::unique_ptr<SequenceCursor>> cursors_;
+  std::vector<double> cumulative_;
+  traces::Rng rng_;
+  std::uint64_t ordinal_ = 0;
+};
+
+class PhasedSource final : public StepSource {
+ public:
+  explicit PhasedSource(std::vector<SourcePhase> phases) : phases_(std::move(phases)) {
+    if (phases_.empty()) throw common::InputError("a phased workload needs at least one phase");
+    for (const auto& p : phases_)
+      if (!p.source || p.steps < 1) throw common::InputError("every workload phase needs a source and steps >= 1");
+  }
+  bool next(StepBatch& step) override {
+    if (done_ == phases_[current_].steps) {
+      done_ = 0;
+      current_ = (current_ + 1) % phases_.size();
+    }
+    ++done_;
+    return phases_[current_].source->next(step);
+  }
+  bool repeated() const override {
+    return std::any_of(phases_.begin(), phases_.end(), [](const auto& p) { return p.source->repeated(); });
+  }
+  std::uint64_t sequences_started() const override {
+    std::uint64_t n = 0;
+    for (const auto& p : phases_) n += p.source->sequences_started();
+    return n;
+  }
+
+ private:
+  std::vector<SourcePhase> phases_;
+  std::size_t current_ = 0;
+  int done_ = 0;  // steps the current phase has made
+};
+
+}  // namespace
+
+std::unique_ptr<SequenceFeed> make_mixed_feed(const std::vector<traces::TraceReader*>& readers,
+                                              const std::vector<double>& weights, std::uint64_t seed) {
+  return std::make_unique<MixedFeed>(readers, weights, seed);
+}
+
+std::unique_ptr<StepSource> make_phased_source(std::vector<SourcePhase> phases) {
+  return std::make_unique<PhasedSource>(std::move(phases));
 }
 
 }  // namespace moesim::sim

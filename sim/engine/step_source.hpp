@@ -50,17 +50,27 @@ struct TraceSequence {
   }
 };
 
+// Where the inference sources take their sequences from: one trace read in order (SequenceCursor),
+// or several drawn from by weight (make_mixed_feed).
+class SequenceFeed {
+ public:
+  virtual ~SequenceFeed() = default;
+  virtual void next(TraceSequence& out) = 0;
+  virtual bool wrapped() const = 0;  // some trace was read more than once
+  virtual std::size_t ids_per_token() const = 0;
+};
+
 // Reads a trace sequence by sequence (a sequence is a maximal run of tokens with the same id),
 // starting again at the end. Throws InputError for an empty trace. A sequence read again while a
 // copy of its earlier reading is still held (a decode batch larger than the trace) shares that
 // copy's routing instead of holding it twice: memory is bounded by the trace or the sequences held,
 // whichever is smaller.
-class SequenceCursor {
+class SequenceCursor final : public SequenceFeed {
  public:
   explicit SequenceCursor(traces::TraceReader& reader);
-  void next(TraceSequence& out);
-  bool wrapped() const { return wraps_ > 0; }
-  std::size_t ids_per_token() const { return ids_per_token_; }
+  void next(TraceSequence& out) override;
+  bool wrapped() const override { return wraps_ > 0; }
+  std::size_t ids_per_token() const override { return ids_per_token_; }
 
  private:
   bool fill();
@@ -93,5 +103,24 @@ std::unique_ptr<StepSource> make_balanced_source(std::unique_ptr<StepSource> inn
 std::unique_ptr<StepSource> make_decode_source(traces::TraceReader& reader, int dp, int batch_sequences,
                                                bool staggered = true);
 std::unique_ptr<StepSource> make_prefill_source(traces::TraceReader& reader, int dp, long tokens_per_step);
+std::unique_ptr<StepSource> make_decode_source(std::unique_ptr<SequenceFeed> feed, int dp, int batch_sequences,
+                                               bool staggered = true);
+std::unique_ptr<StepSource> make_prefill_source(std::unique_ptr<SequenceFeed> feed, int dp, long tokens_per_step);
+
+// A workload mix (docs/simulator.md, "Phases and mixes"): every sequence is drawn from one of the
+// readers, reader i with probability weights[i] / sum (weights > 0), by a generator seeded with
+// `seed`; each reader is read in order and again from its start when it runs out. Sequences are
+// numbered in the order drawn (their home rank follows from that number). The readers must have
+// the same routing shape and outlive the feed.
+std::unique_ptr<SequenceFeed> make_mixed_feed(const std::vector<traces::TraceReader*>& readers,
+                                              const std::vector<double>& weights, std::uint64_t seed);
+
+// Workload phases (docs/simulator.md, "Phases and mixes"): phase i's source makes `steps` steps, then
+// the next phase's starts; after the last phase the first one goes on where it stopped, and so on.
+struct SourcePhase {
+  std::unique_ptr<StepSource> source;
+  int steps = 0;
+};
+std::unique_ptr<StepSource> make_phased_source(std::vector<SourcePhase> phases);
 
 }  // namespace moesim::sim

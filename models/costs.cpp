@@ -116,6 +116,11 @@ double dtype_bytes(Dtype dtype) {
   throw std::invalid_argument("unknown dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
+double expert_weight_bytes(const Architecture& arch) {
+  return static_cast<double>(arch.ffn_projections) * arch.hidden_size * static_cast<double>(arch.expert_ffn_size) *
+         dtype_bytes(arch.dtype);
+}
+
 double dispatch_element_bytes(Dtype dtype) { return dtype == Dtype::kFp8 ? 1.0 + 4.0 / 128.0 : dtype_bytes(dtype); }
 
 double combine_element_bytes(Dtype dtype) { return dtype == Dtype::kFp8 ? 2.0 : dtype_bytes(dtype); }

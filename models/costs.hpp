@@ -167,6 +167,9 @@ double clock_speed_factor(const Profile& profile, double sm_clock_limit);
 double clock_power_factor(const Profile& profile, double sm_clock_limit);
 
 double dtype_bytes(Dtype dtype);  // bf16/fp16 2, fp8 1, fp32/tf32 4
+// The weights of one routed expert, bytes: its FFN projections (hidden x expert FFN each) in the
+// model's dtype; what an online rebalance moves per expert copy (block scales of fp8 left out).
+double expert_weight_bytes(const Architecture& arch);
 // Bytes per hidden element of a token an expert-parallel dispatch sends for a model in `dtype`: FP8
 // models dispatch FP8 with one FP32 scale per 128 elements (1 + 4/128, as DeepSeek-V3 and DeepEP
 // do); others their dtype.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ struct Profile;
 namespace moesim::sim {
 
 struct Placement;
+struct RoutingCounts;
 class StepSource;
 
 enum class WorkloadMode { kPrefill, kDecode, kTraining, kSynthetic };
@@ -30,6 +32,12 @@ enum class GradientSync { kAllReduce, kFsdp };
 // low-latency all-to-all phase as one activity per GPU over its own ports (docs/simulator.md, "Port
 // phases"), a model whose error is stated there, and everything else in the fluid network.
 enum class NetworkFidelity { kAuto, kFluid, kFlow, kPorts };
+// How an online rebalance moves expert weights (docs/simulator.md, "Online rebalancing"): kBlocking
+// stops inference until every moved expert has arrived, then the step runs on the new placement;
+// kBackground moves them while the step runs on the old placement, competing for the same links, and
+// the new placement serves from the next step; kFree moves nothing (the bound on what rebalancing
+// can gain when moving weights costs nothing).
+enum class MigrationMode { kBlocking, kBackground, kFree };
 
 inline constexpr std::array<common::EnumName<WorkloadMode>, 4> kWorkloadModes{
     {{WorkloadMode::kPrefill, "prefill"},
@@ -47,6 +55,10 @@ inline constexpr std::array<common::EnumName<NetworkFidelity>, 4> kNetworkFideli
      {NetworkFidelity::kFlow, "flow"},
      {NetworkFidelity::kPorts, "ports"}}};
 
+inline constexpr std::array<common::EnumName<MigrationMode>, 3> kMigrationModes{
+    {{MigrationMode::kBlocking, "blocking"}, {MigrationMode::kBackground, "background"}, {MigrationMode::kFree, "free"}}};
+
+inline std::string migration_mode_name(MigrationMode m) { return common::enum_name<MigrationMode>(kMigrationModes, m); }
 inline std::string workload_mode_name(WorkloadMode m) { return common::enum_name<WorkloadMode>(kWorkloadModes, m); }
 inline std::string dispatch_mode_name(DispatchMode m) { return common::enum_name<DispatchMode>(kDispatchModes, m); }
 inline std::string gradient_sync_name(GradientSync g) { return common::enum_name<GradientSync>(kGradientSyncs, g); }
@@ -77,6 +89,17 @@ struct Workload {
   // concurrently with the compute phase before it (a fully overlapped pattern).
   bool synthetic_overlap = false;
   bool operator==(const Workload&) const = default;
+};
+
+// Online rebalancing (docs/simulator.md, "Online rebalancing"): before step i (warmup steps
+// included), i > 0 a multiple of every_steps, the placement is solved again (EngineInput::resolve)
+// from the routing of steps [i - window_steps, i), and the experts whose holders change are moved.
+// every_steps 0: never (a static placement); window_steps 0: every_steps, or the whole run if shorter.
+struct RebalanceOptions {
+  int every_steps = 0;
+  int window_steps = 0;
+  MigrationMode migration = MigrationMode::kBlocking;
+  bool operator==(const RebalanceOptions&) const = default;
 };
 
 struct EngineOptions {
@@ -124,6 +147,7 @@ struct EngineOptions {
   // thread while the engine runs the step before it (docs/simulator.md, "Building ahead"). The
   // graphs are the same either way; false builds each step in the engine's thread when it starts.
   bool build_ahead = true;
+  RebalanceOptions rebalance;
 };
 
 // network.tolerance: auto.
@@ -150,6 +174,11 @@ struct EngineInput {
   const Workload* workload = nullptr;
   StepSource* steps = nullptr;  // prefill/decode and MoE training
   EngineOptions options;
+  // Online rebalancing (options.rebalance): solves a placement from a window's routing counts (the
+  // policy's own rules; it must return a placement for the same ep and tp). resolve_pairs: the policy
+  // reads the cross-layer pair counts (RoutingCounts::next) too, so they are counted.
+  std::function<Placement(const RoutingCounts&)> resolve;
+  bool resolve_pairs = false;
 };
 
 }  // namespace moesim::sim

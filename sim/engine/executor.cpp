@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "common/error.hpp"
@@ -142,7 +143,8 @@ void Executor::start_transfer(Task& t, std::uint32_t id) {
       if (a2a_active_[k]++ == 0) a2a_since_[k] = t.start;
     }
   }
-  if (measuring_ && t.side == Task::Side::kRoute) {
+  // The traffic matrix holds the workload's own traffic; a rebalance's moved bytes are reported apart.
+  if (measuring_ && t.side == Task::Side::kRoute && t.category != Category::kMigration) {
     auto& row = result_.traffic[static_cast<std::size_t>(t.gpu)];
     if (t.merged_part > 0.0) {
       for (std::size_t d = 0; d < row.size(); ++d)
@@ -257,6 +259,17 @@ void Executor::end_step(double end) {
     }
     const auto& rank_tokens = current_->rank_tokens;
     for (std::size_t i = 0; i < rank_tokens.size(); ++i) rank_token_sums_[i] += rank_tokens[i];
+    if (current_->moved_step >= 0) {
+      RebalanceEvent ev{current_->moved_step, current_->moved_experts, current_->moved_bytes, 0.0, latency};
+      double first = std::numeric_limits<double>::infinity(), last = -first;
+      for (const Task& t : current_->tasks)
+        if (t.category == Category::kMigration && t.runs()) {
+          first = std::min(first, t.start);
+          last = std::max(last, t.end);
+        }
+      if (last >= first) ev.seconds = last - first;
+      result_.rebalances.push_back(ev);
+    }
   }
   if (step_index_ < setup_.total_steps) start_step();
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string_view>
 
 #include "common/error.hpp"
@@ -113,6 +114,55 @@ GraphBuilder::GraphBuilder(const EngineInput& input, const LayerTable& layers, c
     combine_forward_rate_ = profile_.normal.combine_forward_bandwidth;
   }
   if (input.placement) router_ = std::make_unique<LayerRouter>(*input.placement, rank_node_, arch_.num_experts, arch_.top_k);
+  const bool inference = input.workload && (input.workload->mode == WorkloadMode::kPrefill ||
+                                            input.workload->mode == WorkloadMode::kDecode);
+  if (input.options.rebalance.every_steps > 0 && input.placement && inference) {
+    // The run's first placement is the caller's; the rebalancer keeps it alive no longer than the caller.
+    routed_placement_ = std::shared_ptr<const Placement>(input.placement, [](const Placement*) {});
+    rebalancer_ = std::make_unique<Rebalancer>(input, routed_placement_, rank_node_,
+                                               input.options.warmup_steps + input.options.steps);
+  }
+}
+
+void GraphBuilder::use_placement(std::shared_ptr<const Placement> placement) {
+  router_ = std::make_unique<LayerRouter>(*placement, rank_node_, arch_.num_experts, arch_.top_k);
+  routed_placement_ = std::move(placement);
+}
+
+std::optional<MigrationPlan> GraphBuilder::draw_inference_step() {
+  std::optional<MigrationPlan> plan = rebalancer_ ? rebalancer_->before(step_) : std::nullopt;
+  if (!input_.steps->next(batch_)) throw common::RunError("the workload ran out of steps");
+  if (rebalancer_) rebalancer_->observe(step_, batch_);
+  if (plan && input_.options.rebalance.migration != MigrationMode::kBackground) use_placement(plan->placement);
+  ++step_;
+  return plan;
+}
+
+std::uint32_t GraphBuilder::add_migration(StepGraph& g, std::uint32_t root) {
+  if (!migration_) return root;
+  const MigrationPlan& plan = *migration_;
+  const double copy_bytes = models::expert_weight_bytes(arch_);
+  g.moved_step = plan.step;
+  g.moved_experts = static_cast<int>(plan.moves.size());
+  g.moved_bytes = copy_bytes * static_cast<double>(plan.moves.size());
+  const MigrationMode mode = input_.options.rebalance.migration;
+  if (mode == MigrationMode::kFree || plan.moves.empty()) return root;
+  // Each TP shard of a copy moves between the same TP index of the two ranks; the copies between
+  // one pair of GPUs move as one batched send (as engines post them: a batch of point-to-point ops).
+  std::map<std::pair<int, int>, double> pair_bytes;
+  for (const ExpertMove& m : plan.moves)
+    for (int t = 0; t < input_.tp; ++t) pair_bytes[{gpu_of(m.from, t), gpu_of(m.to, t)}] += copy_bytes / input_.tp;
+  const std::uint32_t done = mode == MigrationMode::kBlocking ? g.add(Task{}) : root;
+  for (const auto& [pair, bytes] : pair_bytes) {
+    const auto x = add_transfer(g, pair.first, pair.second, bytes, Category::kMigration, bytes, -1);
+    g.tasks[x].comm_op = models::CollectiveOp::kSendRecv;
+    g.edge(root, x);
+    if (mode == MigrationMode::kBlocking)
+      g.edge(x, done);
+    else
+      end_waits_.push_back(x);
+  }
+  return done;
 }
 
 namespace {
@@ -867,6 +917,8 @@ void GraphBuilder::add_head(StepGraph& g, const std::vector<long>& rows, Streams
 void GraphBuilder::end_step(StepGraph& g, const std::vector<const std::vector<std::uint32_t>*>& ready, const Streams& s,
                             bool wait_compute) {
   const auto end = g.add(Task{});
+  for (const auto x : end_waits_) g.edge(x, end);
+  end_waits_.clear();
   for (int gpu = 0; gpu < gpus(); ++gpu) {
     const auto i = static_cast<std::size_t>(gpu);
     for (const auto* r : ready) g.edge((*r)[i], end);
@@ -879,8 +931,9 @@ void GraphBuilder::end_step(StepGraph& g, const std::vector<const std::vector<st
 
 void GraphBuilder::build_inference_step(StepGraph& g, const StepBatch& batch) {
   const auto root = g.add(Task{});
-  Streams s(static_cast<std::size_t>(gpus()), root);
-  if (input_.options.micro_batches > 1) return build_two_batch_step(g, batch, s, root);
+  const auto start = add_migration(g, root);
+  Streams s(static_cast<std::size_t>(gpus()), start);
+  if (input_.options.micro_batches > 1) return build_two_batch_step(g, batch, s, start);
   const std::vector<long> home_tokens = tokens_per_home(batch, input_.ep);
   std::size_t li = 0;  // index of the next MoE layer in the trace / placement
   for (int d = 0; d < arch_.num_layers; ++d) build_layer(g, batch, d, li, home_tokens, s);
@@ -1017,14 +1070,17 @@ void GraphBuilder::build_synthetic_step(StepGraph& g) {
 
 void GraphBuilder::skip(int steps) {
   for (int i = 0; i < steps; ++i) {
-    if (input_.workload->mode == WorkloadMode::kSynthetic) continue;
-    if (input_.workload->mode == WorkloadMode::kTraining) {
-      if (!arch_.is_moe()) continue;
+    const WorkloadMode mode = input_.workload->mode;
+    if (mode == WorkloadMode::kPrefill || mode == WorkloadMode::kDecode) {
+      // The skipped steps' rebalances are decided as in a run that simulates them.
+      const auto plan = draw_inference_step();
+      if (plan && input_.options.rebalance.migration == MigrationMode::kBackground) use_placement(plan->placement);
+      continue;
+    }
+    ++step_;
+    if (mode == WorkloadMode::kTraining && arch_.is_moe())
       for (int m = 0; m < input_.workload->micro_batches; ++m)
         if (!input_.steps->next(batch_)) throw common::RunError("the workload ran out of steps");
-    } else if (!input_.steps->next(batch_)) {
-      throw common::RunError("the workload ran out of steps");
-    }
   }
   batch_.clear();
 }
@@ -1034,17 +1090,23 @@ void GraphBuilder::build_next(StepGraph& g) {
   layer_major_of_ = nullptr;  // batches are refilled in place
   chunks_of_ = nullptr;
   if (input_.workload->mode == WorkloadMode::kSynthetic) {
+    ++step_;
     batch_.clear();
     build_synthetic_step(g);
   } else if (input_.workload->mode == WorkloadMode::kTraining) {
     micro_.assign(arch_.is_moe() ? static_cast<std::size_t>(input_.workload->micro_batches) : 0, StepBatch{});
     for (auto& mb : micro_)
       if (!input_.steps->next(mb)) throw common::RunError("the workload ran out of steps");
+    ++step_;
     build_training_step(g);
     micro_.clear();
   } else {
-    if (!input_.steps->next(batch_)) throw common::RunError("the workload ran out of steps");
+    migration_ = draw_inference_step();
     build_inference_step(g, batch_);
+    // Background: the moved copies serve from the next step on.
+    if (migration_ && input_.options.rebalance.migration == MigrationMode::kBackground)
+      use_placement(migration_->placement);
+    migration_.reset();
     g.tokens = batch_.size();
   }
   g.finalize();

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "models/architecture.hpp"
@@ -17,6 +19,7 @@
 #include "sim/engine/engine_input.hpp"
 #include "sim/engine/collectives.hpp"
 #include "sim/engine/fabric.hpp"
+#include "sim/engine/rebalance.hpp"
 #include "sim/engine/routing.hpp"
 #include "sim/engine/step_graph.hpp"
 #include "sim/engine/step_source.hpp"
@@ -64,6 +67,14 @@ class GraphBuilder {
   };
 
   void build_inference_step(StepGraph& g, const StepBatch& batch);
+  // Draws the next inference step's batch, with online rebalancing's decisions around it: returns the
+  // migration planned before this step (if any) and switches the routing placement as its mode says
+  // (blocking and free: before the step; background: after it, see finish_inference_step).
+  std::optional<MigrationPlan> draw_inference_step();
+  void use_placement(std::shared_ptr<const Placement> placement);
+  // The moves of migration_ as transfers after `root` (docs/simulator.md, "Online rebalancing"):
+  // returns the task the step's work starts after (blocking: the moves' end; else root).
+  std::uint32_t add_migration(StepGraph& g, std::uint32_t root);
   // Two-batch overlap: the step's tokens split in two micro-batches by position on their home rank
   // (the first ceil(n/2) of a rank's n tokens, then the rest), each layer's attention, shared experts
   // and dense parts of one issued on the compute stream while the other's dispatch or combine runs.
@@ -163,6 +174,14 @@ class GraphBuilder {
   bool port_phases_ = false;
   std::int16_t dispatch_sms_ = -1;  // SMs a dispatch or combine transfer holds (Task::comm_sms)
   std::unique_ptr<LayerRouter> router_;
+  // Online rebalancing: the decisions, the placement the router routes by, the plan of the step being
+  // built, transfers the step's end waits for besides its streams (background moves), and the index
+  // of the next step drawn (warmup included).
+  std::unique_ptr<Rebalancer> rebalancer_;
+  std::shared_ptr<const Placement> routed_placement_;
+  std::optional<MigrationPlan> migration_;
+  std::vector<std::uint32_t> end_waits_;
+  int step_ = 0;
 
   // The batch's expert ids by layer ([layer][token][k]), so that routing one layer reads them in
   // sequence instead of one cache line per token; rebuilt when the batch changes.

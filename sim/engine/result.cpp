@@ -40,7 +40,7 @@ nlohmann::json to_json(const SimResult& r) {
                     {"comm_busy_s", g.comm_busy},
                     {"both_busy_s", g.both_busy},
                     {"peak_power_W", g.peak_power}});
-  return {{"label", r.label},
+  nlohmann::json out = {{"label", r.label},
           {"step_latency_s", r.step_latency},
           {"layers", layers},
           {"gpus", gpus},
@@ -56,6 +56,18 @@ nlohmann::json to_json(const SimResult& r) {
           {"network_tolerance", r.network_tolerance},
           {"trace_repeated", r.trace_repeated},
           {"wall_s", r.wall_seconds}};
+  // Only with online rebalancing: results without it keep their form.
+  if (!r.rebalances.empty()) {
+    nlohmann::json moves = nlohmann::json::array();
+    for (const auto& e : r.rebalances)
+      moves.push_back({{"step", e.step},
+                       {"experts_moved", e.experts_moved},
+                       {"bytes", e.bytes},
+                       {"seconds", e.seconds},
+                       {"step_latency_s", e.step_latency}});
+    out["rebalances"] = std::move(moves);
+  }
+  return out;
 }
 
 SimResult sim_result_from_json(const nlohmann::json& j) {
@@ -96,11 +108,15 @@ SimResult sim_result_from_json(const nlohmann::json& j) {
   r.network_tolerance = j.value("network_tolerance", 0.0);
   r.trace_repeated = j.at("trace_repeated").get<bool>();
   r.wall_seconds = j.at("wall_s").get<double>();
+  if (j.contains("rebalances"))
+    for (const auto& e : j.at("rebalances"))
+      r.rebalances.push_back({e.at("step").get<int>(), e.at("experts_moved").get<int>(), e.at("bytes").get<double>(),
+                              e.at("seconds").get<double>(), e.at("step_latency_s").get<double>()});
   return r;
 }
 
 const char* timeline_category_name(int category) {
-  if (category < 0 || category > static_cast<int>(Category::kOther)) return "other";
+  if (category < 0 || category > static_cast<int>(Category::kMigration)) return "other";
   return category_name(static_cast<Category>(category));
 }
 

@@ -52,6 +52,16 @@ const char* timeline_category_name(int category);
 // "<category> L<layer>", then the process and thread names of `gpus` GPUs.
 std::string chrome_trace_json(const std::vector<TimelineEvent>& events, std::size_t gpus);
 
+// One online rebalance of a simulated measured step (docs/simulator.md, "Online rebalancing").
+struct RebalanceEvent {
+  int step = 0;            // the step it came before (warmup steps included)
+  int experts_moved = 0;   // expert copies that arrived on a rank that did not hold them
+  double bytes = 0.0;      // their weights, bytes moved over the links
+  double seconds = 0.0;    // the first moving byte's start to the last one's arrival (0: none moved)
+  double step_latency = 0.0;  // s, the step it came before, migration included
+  bool operator==(const RebalanceEvent&) const = default;
+};
+
 struct SimResult {
   std::string label;
   std::vector<double> step_latency;  // s, measured steps
@@ -76,6 +86,7 @@ struct SimResult {
   bool trace_repeated = false;
   double wall_seconds = 0.0;
   std::vector<TimelineEvent> timeline;  // the first timeline_steps measured steps
+  std::vector<RebalanceEvent> rebalances;  // in measured steps, in step order
 };
 
 // Everything but the timeline (which travels from the child as raw events and is written as its

@@ -12,6 +12,9 @@ void StepGraph::clear() {
   pair_bytes.clear();
   held.clear();
   error = nullptr;
+  moved_step = -1;
+  moved_experts = 0;
+  moved_bytes = 0.0;
 }
 
 void StepGraph::finalize() {

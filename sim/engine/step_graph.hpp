@@ -19,12 +19,13 @@ namespace moesim::sim {
 enum class TaskKind : std::uint8_t { kCompute, kTransfer, kJoin };
 // What a task is, for the timeline, the per-layer statistics and the contention lookup.
 enum class Category : std::uint8_t {
-  kAttention, kDense, kShared, kExpert, kHead, kSynthetic, kDispatch, kCombine, kTpCollective, kGradient, kOther
+  kAttention, kDense, kShared, kExpert, kHead, kSynthetic, kDispatch, kCombine, kTpCollective, kGradient, kOther,
+  kMigration  // expert weights moved by an online rebalance
 };
-inline constexpr std::array<const char*, 11> kCategoryNames{"attention",      "dense_ffn", "shared_experts",
+inline constexpr std::array<const char*, 12> kCategoryNames{"attention",      "dense_ffn", "shared_experts",
                                                             "experts",        "lm_head",   "compute",
                                                             "dispatch",       "combine",   "tp_collective",
-                                                            "dp_collective",  "other"};
+                                                            "dp_collective",  "other",     "migration"};
 inline const char* category_name(Category c) { return kCategoryNames[static_cast<std::size_t>(c)]; }
 
 struct Task {
@@ -85,6 +86,11 @@ struct StepGraph {
   std::vector<double> pair_bytes;
   std::vector<std::uint32_t> held;  // see Task::held_begin
   std::exception_ptr error;         // building failed (the step's batch could not be drawn, ...)
+  // An online rebalance before this step (docs/simulator.md, "Online rebalancing"): its step index
+  // (warmup included), the expert copies it moves and their bytes; moved_step -1: none.
+  int moved_step = -1;
+  int moved_experts = 0;
+  double moved_bytes = 0.0;
 
   std::uint32_t add(const Task& t) {
     tasks.push_back(t);

@@ -57,6 +57,7 @@ SimResult merge_step_ranges(const std::vector<SimResult>& parts) {
     const double n = measured(r);
     total += n;
     out.step_latency.insert(out.step_latency.end(), r.step_latency.begin(), r.step_latency.end());
+    out.rebalances.insert(out.rebalances.end(), r.rebalances.begin(), r.rebalances.end());
     for (std::size_t l = 0; l < out.layers.size(); ++l) {
       auto& a = out.layers[l];
       const auto& b = r.layers[l];

@@ -119,6 +119,7 @@ class MoetunerPolicy final : public PlacementPolicy {
     return "moetuner";
   }
   bool needs_routing() const override { return true; }
+  bool needs_pairs() const override { return true; }
   Placement place(const PlacementInput& input) const override;
 
  private:

@@ -44,6 +44,9 @@ class PlacementPolicy {
   virtual ~PlacementPolicy() = default;
   virtual std::string name() const = 0;
   virtual bool needs_routing() const = 0;
+  // place() reads the cross-layer pair counts (RoutingCounts::next) as well as the loads, so a caller
+  // that counts routing itself (online rebalancing) must count them too.
+  virtual bool needs_pairs() const { return false; }
   virtual Placement place(const PlacementInput& input) const = 0;
 };
 

@@ -7,6 +7,7 @@
 #include "common/hash.hpp"
 #include "sim/placement/policy.hpp"
 #include "sim/placement/routing_counts.hpp"
+#include "traces/cached_reader.hpp"
 #include "traces/trace.hpp"
 
 namespace moesim::sim {
@@ -47,21 +48,27 @@ nlohmann::json without_wall_times(const nlohmann::json& report) {
   return out;
 }
 
-// A policy's placement for the scenario, solved in memory.
+Placement solve_with(const Scenario& s, const VariantInputs& in, const PlacementPolicy& policy,
+                     const RoutingCounts* routing) {
+  PlacementOptions opts;
+  opts.replicas = s.placement.replicas;
+  opts.groups = s.placement.groups;
+  opts.seed = s.seed;
+  PlacementInput pin{in.arch, in.cluster, in.ep, in.tp, policy.needs_routing() ? routing : nullptr, opts};
+  Placement p = policy.place(pin);
+  validate_placement(p, in.arch, "placement policy " + s.placement.policy);
+  return p;
+}
+
+// A policy's placement for the scenario, solved in memory: on its trace (phases: the first phase's,
+// what is known before serving starts).
 Placement solve_placement(const Scenario& s, const VariantInputs& in, const PlacementPolicy& policy) {
   RoutingCounts routing;
   if (policy.needs_routing()) {
     auto r = traces::open_trace(s.trace);
     routing = count_routing(*r, in.trace_sha256);
   }
-  PlacementOptions opts;
-  opts.replicas = s.placement.replicas;
-  opts.groups = s.placement.groups;
-  opts.seed = s.seed;
-  PlacementInput pin{in.arch, in.cluster, in.ep, in.tp, policy.needs_routing() ? &routing : nullptr, opts};
-  Placement p = policy.place(pin);
-  validate_placement(p, in.arch, "placement policy " + s.placement.policy);
-  return p;
+  return solve_with(s, in, policy, &routing);
 }
 
 // The placement through the cache folder: solved into it when absent, always read back from it, so
@@ -137,6 +144,48 @@ VariantInputs load_inputs(const Scenario& s, const std::string& placement_cache)
   else
     cached_placement(s, in, *policy, placement_cache);
   return in;
+}
+
+Placement solve_on_routing(const Scenario& s, const VariantInputs& in, const RoutingCounts& routing) {
+  const auto policy = default_placement_registry().create(s.placement.policy);
+  return solve_with(s, in, *policy, &routing);
+}
+
+std::unique_ptr<StepSource> make_scenario_source(const Scenario& s, const VariantInputs& in,
+                                                 std::vector<std::unique_ptr<traces::TraceReader>>& readers) {
+  readers.clear();
+  if (s.balanced_routing) {
+    const traces::TraceShape shape = in.arch.trace_shape();
+    readers.push_back(make_sequence_reader(shape, s.workload.sequence_length));
+    return make_balanced_source(make_source(s, *readers.back(), in.ep), shape, s.seed);
+  }
+  if (!needs_trace(s, in.arch)) return nullptr;
+  auto open = [&](const std::string& path) -> traces::TraceReader& {
+    readers.push_back(std::make_unique<traces::CachingTraceReader>(traces::open_trace(path)));
+    return *readers.back();
+  };
+  switch (s.trace_mix) {
+    case TraceMix::kOne:
+      return make_source(s, open(s.trace), in.ep);
+    case TraceMix::kPhases: {
+      std::vector<SourcePhase> phases;
+      for (const TracePart& p : s.trace_parts) phases.push_back({make_source(s, open(p.path), in.ep), p.steps});
+      return make_phased_source(std::move(phases));
+    }
+    case TraceMix::kMix: {
+      std::vector<traces::TraceReader*> all;
+      std::vector<double> weights;
+      for (const TracePart& p : s.trace_parts) {
+        all.push_back(&open(p.path));
+        weights.push_back(p.weight);
+      }
+      auto feed = make_mixed_feed(all, weights, s.seed);
+      if (s.workload.mode == WorkloadMode::kDecode)
+        return make_decode_source(std::move(feed), in.ep, s.workload.batch_sequences, s.workload.decode_staggered);
+      return make_prefill_source(std::move(feed), in.ep, s.workload.tokens_per_step);
+    }
+  }
+  return nullptr;
 }
 
 std::unique_ptr<StepSource> make_source(const Scenario& s, traces::TraceReader& reader, int dp) {

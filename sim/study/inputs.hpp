@@ -3,13 +3,16 @@
 // policy, through the study's placement cache when there is one), and the trace's hash.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
 #include "models/profile.hpp"
 #include "sim/engine/step_source.hpp"
 #include "sim/placement/placement.hpp"
+#include "sim/placement/routing_counts.hpp"
 #include "sim/study/study_file.hpp"
 
 namespace moesim::sim {
@@ -40,6 +43,15 @@ std::string cached_sha256(const std::string& path);
 
 // The step source a scenario's workload draws its batches from (prefill and MoE training: steps of
 // tokens_per_step tokens; decode: batch_sequences sequences).
+// The scenario's placement policy solved on `routing` (online rebalancing's windows), checked
+// against the architecture.
+Placement solve_on_routing(const Scenario& s, const VariantInputs& in, const RoutingCounts& routing);
+
+// The scenario's step source over its trace or traces (phases and mixes: docs/study-format.md),
+// with `readers` holding what it reads; null when the scenario replays no trace.
+std::unique_ptr<StepSource> make_scenario_source(const Scenario& s, const VariantInputs& in,
+                                                 std::vector<std::unique_ptr<traces::TraceReader>>& readers);
+
 std::unique_ptr<StepSource> make_source(const Scenario& s, traces::TraceReader& reader, int dp);
 
 }  // namespace moesim::sim

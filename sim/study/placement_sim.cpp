@@ -31,7 +31,10 @@ void simulate_placement(const CheckedPlacement& c, const std::string& trace, con
   s.tp = c.placement.tp;
   s.ep = c.placement.ep;
   s.trace = fs::absolute(trace).lexically_normal().string();
+  s.trace_mix = TraceMix::kOne;  // the held-out trace alone
+  s.trace_parts.clear();
   s.placement.file = c.path;
+  s.placement.rebalance = RebalanceOptions{};  // the placement as the file holds it
   s.overlap.timelines = Timelines::kRequested;
   if (s.workload.mode != WorkloadMode::kPrefill && s.workload.mode != WorkloadMode::kDecode)
     s.workload.mode = WorkloadMode::kDecode;

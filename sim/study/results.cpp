@@ -199,6 +199,32 @@ std::string placement_label(const Scenario& s) {
   return s.placement.file.empty() ? s.placement.policy : fs::path(s.placement.file).filename().string();
 }
 
+nlohmann::json phase_summary(const Scenario& s, const SimResult& r) {
+  nlohmann::json out = nlohmann::json::array();
+  if (s.trace_mix != TraceMix::kPhases || s.trace_parts.empty()) return out;
+  long cycle = 0;
+  for (const TracePart& p : s.trace_parts) cycle += p.steps;
+  std::vector<std::vector<double>> by_phase(s.trace_parts.size());
+  for (std::size_t m = 0; m < r.step_latency.size(); ++m) {
+    long at = (static_cast<long>(m) + s.workload.warmup_steps) % cycle;
+    std::size_t i = 0;
+    while (at >= s.trace_parts[i].steps) at -= s.trace_parts[i++].steps;
+    by_phase[i].push_back(r.step_latency[m]);
+  }
+  for (std::size_t i = 0; i < by_phase.size(); ++i) {
+    const auto& v = by_phase[i];
+    double sum = 0.0;
+    for (double x : v) sum += x;
+    out.push_back({{"phase", i + 1},
+                   {"trace", fs::path(s.trace_parts[i].path).filename().string()},
+                   {"steps", v.size()},
+                   {"p50_s", jnum(percentile(v, 0.5))},
+                   {"p99_s", jnum(percentile(v, 0.99))},
+                   {"mean_s", v.empty() ? nlohmann::json(nullptr) : nlohmann::json(sum / static_cast<double>(v.size()))}});
+  }
+  return out;
+}
+
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return kNaN;
   std::sort(v.begin(), v.end());
@@ -279,6 +305,50 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
     (*obj)[parts.back()] = jnum(v.summary.*c.field);
   }
   if (!v.placement_file.empty()) j["inputs"]["placement_file"] = v.placement_file;
+  if (sc.trace_mix != TraceMix::kOne) {
+    nlohmann::json parts = nlohmann::json::array();
+    for (const TracePart& p : sc.trace_parts) {
+      nlohmann::json x = {{"trace", fs::path(p.path).filename().string()}};
+      if (sc.trace_mix == TraceMix::kPhases)
+        x["steps"] = p.steps;
+      else
+        x["weight"] = p.weight;
+      parts.push_back(std::move(x));
+    }
+    j["inputs"][sc.trace_mix == TraceMix::kPhases ? "trace_phases" : "trace_mix"] = std::move(parts);
+    if (sc.trace_mix == TraceMix::kPhases) j["phases"] = phase_summary(sc, v.timelines.front());
+  }
+  if (const RebalanceOptions& rb = sc.placement.rebalance; rb.every_steps > 0) {
+    const VariantSummary& m = v.summary;
+    nlohmann::json x = {{"every_steps", rb.every_steps},
+                        {"window_steps", rb.window_steps},
+                        {"migration", migration_mode_name(rb.migration)},
+                        {"rebalances", jnum(m.rebalances)},
+                        {"experts_moved", jnum(m.experts_moved)},
+                        {"moved_bytes", jnum(m.moved_bytes)},
+                        {"migration_s", jnum(m.migration_seconds)},
+                        {"source", "model: the policy solved again on each window's routing, the moved experts' "
+                                   "weights (architecture FFN size x dtype) sent over the cluster's links"}};
+    // Each rebalance with the step latencies around it (measured steps only).
+    const SimResult& t = v.timelines.front();
+    nlohmann::json events = nlohmann::json::array();
+    for (const auto& e : t.rebalances) {
+      const long m_step = e.step - sc.workload.warmup_steps;
+      auto latency = [&](long i) {
+        return i >= 0 && i < static_cast<long>(t.step_latency.size()) ? nlohmann::json(t.step_latency[static_cast<std::size_t>(i)])
+                                                                        : nlohmann::json(nullptr);
+      };
+      events.push_back({{"step", e.step},
+                        {"experts_moved", e.experts_moved},
+                        {"bytes", e.bytes},
+                        {"seconds", e.seconds},
+                        {"step_latency_before_s", latency(m_step - 1)},
+                        {"step_latency_s", e.step_latency},
+                        {"step_latency_after_s", latency(m_step + 1)}});
+    }
+    x["events"] = std::move(events);
+    j["rebalance"] = std::move(x);
+  }
   if (!v.auto_decisions.empty()) j["auto_decisions"] = v.auto_decisions;
   if (!with_details) return j;
   j["placement_policy"] = v.placement_policy;
@@ -311,6 +381,14 @@ VariantResult variant_result_from_json(const nlohmann::json& j, const std::strin
   if (j.contains("auto_decisions")) v.auto_decisions = j.at("auto_decisions");
   for (const auto& c : kMetricColumns)
     if (!c.json_path.empty()) v.summary.*c.field = r.column(c);
+  if (j.contains("rebalance") && j.at("rebalance").is_object()) {
+    const auto& rb = j.at("rebalance");
+    auto get = [&](const char* k) { return rb.contains(k) && rb.at(k).is_number() ? rb.at(k).get<double>() : kNaN; };
+    v.summary.rebalances = get("rebalances");
+    v.summary.experts_moved = get("experts_moved");
+    v.summary.moved_bytes = get("moved_bytes");
+    v.summary.migration_seconds = get("migration_s");
+  }
   const auto& repeated = r.at(j, "trace_repeated", "variant.");
   if (!repeated.is_boolean()) r.fail("expected true or false at variant.trace_repeated");
   SimResult first;
@@ -389,12 +467,33 @@ std::string results_table(const std::vector<VariantResult>& results, const std::
     std::snprintf(cell, sizeof cell, " %*s", c->width, std::string(c->unit).c_str());
     units += cell;
   }
+  // Online rebalancing's columns, when some variant rebalances.
+  const bool moves = std::any_of(results.begin(), results.end(), [](const VariantResult& r) {
+    return r.scenario.placement.rebalance.every_steps > 0;
+  });
+  if (moves) {
+    std::snprintf(cell, sizeof cell, " %9s %9s", "migr ms", "moved");
+    head += cell;
+    std::snprintf(cell, sizeof cell, " %9s %9s", "total", "GB");
+    units += cell;
+  }
   out << head << " " << std::setw(8) << "vs base" << "\n" << units << " " << std::setw(8) << "p99" << "\n";
   for (const auto& r : results) {
     std::snprintf(cell, sizeof cell, "%-30s", (r.name + (r.name == baseline ? " *" : "")).c_str());
     std::string line = cell;
     for (const MetricColumn* c : columns) {
       std::snprintf(cell, sizeof cell, " %*s", c->width, format_metric(*c, r.summary.*c->field).c_str());
+      line += cell;
+    }
+    if (moves) {
+      auto shown = [](double v, double scale, int decimals) {
+        char text[32];
+        if (std::isnan(v)) return std::string("-");
+        std::snprintf(text, sizeof text, "%.*f", decimals, v * scale);
+        return std::string(text);
+      };
+      std::snprintf(cell, sizeof cell, " %9s %9s", shown(r.summary.migration_seconds, 1e3, 1).c_str(),
+                    shown(r.summary.moved_bytes, 1e-9, 2).c_str());
       line += cell;
     }
     const std::string delta =

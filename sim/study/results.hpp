@@ -6,6 +6,7 @@
 
 #include <array>
 #include <optional>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,8 @@
 namespace moesim::sim {
 
 inline constexpr int kResultSchemaVersion = 1;
+
+inline constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();
 
 struct VariantSummary {
   double p50 = 0, p90 = 0, p99 = 0, max = 0, mean = 0;  // s, step latency of the requested timeline
@@ -33,6 +36,10 @@ struct VariantSummary {
   double compute_slowdown = 0;  // (compute as simulated - alone) / alone, requested timeline
   double chunking_cost = 0;     // ideal with N chunks / ideal with one chunk - 1 (NaN when not run)
   double sequential_p50 = 0, overlapped_p50 = 0, ideal_p50 = 0;  // NaN when not run
+  // Online rebalancing (requested timeline, measured steps): rebalances, expert copies moved, their
+  // bytes and the seconds moving them took, summed; NaN without rebalancing. Not metric columns: the
+  // variant's "rebalance" object holds them, and the console table shows them when a variant rebalances.
+  double rebalances = kNoValue, experts_moved = kNoValue, moved_bytes = kNoValue, migration_seconds = kNoValue;
 };
 
 struct VariantResult {
@@ -75,7 +82,11 @@ std::vector<const MetricColumn*> table_columns();
 
 // The label the tables print for a variant's placement (its policy, or its placement file's name).
 std::string placement_label(const Scenario& s);
-double percentile(std::vector<double> values, double q);  // linear interpolation, q in [0, 1]; NaN when empty
+double percentile(std::vector<double> values, double q);
+// Per phase of a phased workload (trace.phases), the step latencies of `r`'s measured steps that fall
+// in it: {"phase", "trace", "steps", "p50_s", "p99_s", "mean_s"} per phase, phases that recur in
+// the run counted together. Empty for other workloads.
+nlohmann::json phase_summary(const Scenario& s, const SimResult& r);  // linear interpolation, q in [0, 1]; NaN when empty
 // The printed text of column `c` for a value (NaN: "n/a"), and of a change against the baseline.
 std::string format_metric(const MetricColumn& c, double value);
 std::string format_change(double ratio_minus_one);  // "+3.1%"

@@ -13,6 +13,7 @@
 #include "common/hash.hpp"
 #include "traces/cached_reader.hpp"
 #include "sim/engine/engine.hpp"
+#include "sim/placement/policy.hpp"
 #include "sim/study/inputs.hpp"
 #include "sim/study/overlap.hpp"
 #include "traces/trace.hpp"
@@ -50,16 +51,8 @@ EngineOptions engine_options(const Scenario& s, const TimelinePlan& plan) {
 std::function<SimResult()> timeline_job(const Scenario& s, const VariantInputs& in, EngineOptions options,
                                         const bool& ahead) {
   return [&s, &in, options = std::move(options), &ahead]() mutable {
-    std::unique_ptr<traces::TraceReader> reader;
-    std::unique_ptr<StepSource> source;
-    if (s.balanced_routing) {
-      const traces::TraceShape shape = in.arch.trace_shape();
-      reader = make_sequence_reader(shape, s.workload.sequence_length);
-      source = make_balanced_source(make_source(s, *reader, in.ep), shape, s.seed);
-    } else if (needs_trace(s, in.arch)) {
-      reader = std::make_unique<traces::CachingTraceReader>(traces::open_trace(s.trace));
-      source = make_source(s, *reader, in.ep);
-    }
+    std::vector<std::unique_ptr<traces::TraceReader>> readers;
+    std::unique_ptr<StepSource> source = make_scenario_source(s, in, readers);
     EngineInput ei;
     ei.arch = &in.arch;
     ei.cluster = &in.cluster;
@@ -70,6 +63,11 @@ std::function<SimResult()> timeline_job(const Scenario& s, const VariantInputs& 
     ei.workload = &s.workload;
     ei.steps = source.get();
     options.build_ahead = ahead;
+    options.rebalance = s.placement.rebalance;
+    if (options.rebalance.every_steps > 0) {
+      ei.resolve = [&s, &in](const RoutingCounts& window) { return solve_on_routing(s, in, window); };
+      ei.resolve_pairs = default_placement_registry().create(s.placement.policy)->needs_pairs();
+    }
     ei.options = std::move(options);
     return simulate(ei);
   };
@@ -196,6 +194,16 @@ VariantSummary summarise(const std::vector<SimResult>& timelines, WorkloadMode m
   return sum;
 }
 
+void summarise_rebalances(const SimResult& r, VariantSummary& sum) {
+  sum.rebalances = static_cast<double>(r.rebalances.size());
+  sum.experts_moved = sum.moved_bytes = sum.migration_seconds = 0.0;
+  for (const auto& e : r.rebalances) {
+    sum.experts_moved += e.experts_moved;
+    sum.moved_bytes += e.bytes;
+    sum.migration_seconds += e.seconds;
+  }
+}
+
 VariantResult run_variant(const Variant& variant, const std::function<void(const std::string&)>& progress,
                           const RunOptions& options) {
   const Scenario& s = variant.scenario;
@@ -233,6 +241,7 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
   if (progress)
     for (const auto& p : plans) progress(variant.name + ": " + p.label);
   out.summary = summarise(out.timelines, s.workload.mode);
+  if (s.placement.rebalance.every_steps > 0) summarise_rebalances(out.timelines.front(), out.summary);
   return out;
 }
 

@@ -24,6 +24,8 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
 
 // The summary of a requested timeline, with the others for the sequential/overlapped/ideal columns.
 VariantSummary summarise(const std::vector<SimResult>& timelines, WorkloadMode mode);
+// Online rebalancing's totals over `r`'s measured steps into `sum` (VariantSummary::rebalances, ...).
+void summarise_rebalances(const SimResult& r, VariantSummary& sum);
 
 // CPUs this process may run on (its affinity mask: taskset, cpusets), else the hardware threads.
 int usable_cpus();

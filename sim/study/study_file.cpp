@@ -1,6 +1,7 @@
 #include "sim/study/study_file.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -58,6 +59,9 @@ const std::vector<std::string>& scenario_leaves() {
                                                "placement.file",
                                                "placement.replicas",
                                                "placement.groups",
+                                               "placement.rebalance.every_steps",
+                                               "placement.rebalance.window_steps",
+                                               "placement.rebalance.migration",
                                                "overlap.policy",
                                                "overlap.chunks",
                                                "overlap.timelines",
@@ -74,8 +78,8 @@ const std::vector<std::string>& scenario_leaves() {
 }
 
 bool is_section(const std::string& path) {
-  static const std::set<std::string> sections{"parallelism", "workload", "workload.synthetic",
-                                              "placement",   "overlap",  "dispatch", "network"};
+  static const std::set<std::string> sections{"parallelism", "workload", "workload.synthetic", "placement",
+                                              "placement.rebalance", "overlap", "dispatch", "network"};
   return sections.count(path) > 0;
 }
 
@@ -228,6 +232,48 @@ void parse_parallelism(const YamlNode& node, const models::Cluster& cluster, Sce
               " with tp " + std::to_string(s.tp) + ")");
 }
 
+// One trace file of the architecture's routing shape: its absolute path.
+std::string checked_trace(const YamlNode& node, const models::Architecture& arch, const fs::path& dir, Loaded& loaded) {
+  if (!node.is_scalar()) node.fail_expected("a trace file path");
+  const std::string path = existing_file(node, dir).string();
+  const traces::TraceShape& shape =
+      load_once(loaded.traces, path, node, [](const std::string& p) { return traces::open_trace(p)->meta().shape; });
+  if (const std::string mismatch = models::trace_shape_mismatch(shape, arch); !mismatch.empty()) node.fail(mismatch);
+  return path;
+}
+
+// trace: {phases: [{trace: A, steps: N}, ...]} or {mix: [{trace: A, weight: W}, ...]}.
+void parse_trace_parts(const YamlNode& node, const models::Architecture& arch, const fs::path& dir, Loaded& loaded,
+                       Scenario& s) {
+  node.allow_keys({"phases", "mix"});
+  const auto phases = node.find("phases"), mix = node.find("mix");
+  if (phases && mix) mix->fail("expected either trace.phases or trace.mix, got both; keep one");
+  if (!phases && !mix) node.fail_expected("trace.phases (traces one after the other) or trace.mix (traces by weight)");
+  const YamlNode& list = phases ? *phases : *mix;
+  const std::string what = phases ? "phase" : "mix entry";
+  if (!list.is_sequence()) list.fail_expected("a list of " + what + " maps");
+  const std::vector<YamlNode> items = list.items();
+  if (items.empty())
+    list.fail_expected(std::string("at least one ") + what + (phases ? " ({trace: FILE, steps: N})" : " ({trace: FILE, weight: W})"));
+  s.trace_mix = phases ? TraceMix::kPhases : TraceMix::kMix;
+  for (const YamlNode& item : items) {
+    item.expect_map();
+    item.allow_keys({"trace", phases ? "steps" : "weight"});
+    TracePart part;
+    part.path = checked_trace(item.at("trace"), arch, dir, loaded);
+    if (phases) {
+      part.steps = as_int(item.at("steps"), 1, 1 << 24);
+    } else {
+      const YamlNode w = item.at("weight");
+      const auto v = w.number();
+      if (!v || !(*v > 0.0) || !std::isfinite(*v)) w.fail_expected("a weight > 0 (the entry's share of the sequences)");
+      part.weight = *v;
+    }
+    s.trace_parts.push_back(std::move(part));
+  }
+  s.trace = s.trace_parts.front().path;
+}
+
 // The routing trace: required for MoE prefill, decode and training, refused for dense models and
 // synthetic workloads, and of the architecture's shape. Returns whether there is one.
 bool parse_trace(const YamlNode& node, const models::Architecture& arch, const fs::path& dir, Loaded& loaded,
@@ -250,12 +296,11 @@ bool parse_trace(const YamlNode& node, const models::Architecture& arch, const f
       trace_node->fail(
           "expected no trace for workload.mode synthetic (its traffic is given by workload.synthetic), "
           "got one; remove it or write trace: none");
-    const fs::path path = existing_file(*trace_node, dir);
-    s.trace = path.string();
-    const traces::TraceShape& shape = load_once(
-        loaded.traces, s.trace, *trace_node, [](const std::string& p) { return traces::open_trace(p)->meta().shape; });
-    if (const std::string mismatch = models::trace_shape_mismatch(shape, arch); !mismatch.empty())
-      trace_node->fail(mismatch);
+    if (trace_node->is_map()) {
+      parse_trace_parts(*trace_node, arch, dir, loaded, s);
+    } else {
+      s.trace = checked_trace(*trace_node, arch, dir, loaded);
+    }
   } else if (arch.is_moe() && !synthetic) {
     (trace_node ? *trace_node : node)
         .fail("expected a trace (the routing to replay, or balanced for prefill and decode) for workload.mode " +
@@ -264,10 +309,45 @@ bool parse_trace(const YamlNode& node, const models::Architecture& arch, const f
   return has_trace;
 }
 
+// placement.rebalance: {every_steps: N | never, window_steps: W, migration: blocking | background | free}.
+void parse_rebalance(const YamlNode& r, Loaded& loaded, Scenario& s) {
+  if (r.is_scalar() && r.raw().Scalar() == "none") return;
+  r.expect_map();
+  r.allow_keys({"every_steps", "window_steps", "migration"});
+  RebalanceOptions o;
+  const YamlNode every = r.at("every_steps");
+  if (!(every.is_scalar() && every.raw().Scalar() == "never")) o.every_steps = as_int(every, 1, 1 << 24);
+  const std::optional<YamlNode> window = r.find("window_steps");
+  if (window) o.window_steps = as_int(*window, 1, 1 << 24);
+  if (auto m = r.find("migration")) o.migration = m->as_enum<MigrationMode>(kMigrationModes);
+  // never: a static placement, the same scenario as without the key.
+  if (o.every_steps == 0) return;
+  const int run = s.workload.warmup_steps + s.workload.steps;
+  // Unless given: the steps since the last rebalance (all of them in a run shorter than the interval).
+  if (o.window_steps == 0) o.window_steps = std::min(o.every_steps, run);
+  if (s.workload.mode != WorkloadMode::kPrefill && s.workload.mode != WorkloadMode::kDecode)
+    r.fail("expected placement.rebalance only for prefill or decode (online rebalancing re-solves a serving "
+           "placement), got workload.mode " + workload_mode_name(s.workload.mode) + "; remove it");
+  if (!s.placement.file.empty())
+    r.fail("expected placement.rebalance with a placement policy to solve again, got a fixed placement.file; write "
+           "file: none and name the policy");
+  if (!loaded.registry.create(s.placement.policy)->needs_routing())
+    r.fail("expected placement.rebalance with a policy that reads load (eplb, greedy, moetuner, ...), got " +
+           s.placement.policy + ", which places the same experts whatever the load");
+  if (s.balanced_routing)
+    r.fail("expected placement.rebalance with recorded routing, got trace: balanced (every window is balanced)");
+  if (o.window_steps > run)
+    (window ? *window : every)
+        .fail("expected a window of at most the run's " + std::to_string(run) +
+              " steps (workload.warmup_steps + steps), got " + std::to_string(o.window_steps) +
+              "; shorten placement.rebalance.window_steps or run more steps");
+  s.placement.rebalance = o;
+}
+
 void parse_placement(const YamlNode& pl, const models::Architecture& arch, bool has_trace, const fs::path& dir,
                      Loaded& loaded, Scenario& s) {
   pl.expect_map();
-  pl.allow_keys({"policy", "file", "replicas", "groups"});
+  pl.allow_keys({"policy", "file", "replicas", "groups", "rebalance"});
   if (auto policy = pl.find("policy")) {
     const std::vector<std::string> names = loaded.registry.names();
     s.placement.policy = policy->as_enum(names);
@@ -301,6 +381,7 @@ void parse_placement(const YamlNode& pl, const models::Architecture& arch, bool 
     if (s.placement.groups > 0 && arch.num_experts % s.placement.groups != 0)
       n->fail_expected("0 or a divisor of num_experts (" + std::to_string(arch.num_experts) + ")");
   }
+  if (auto r = pl.find("rebalance")) parse_rebalance(*r, loaded, s);
 }
 
 void parse_overlap(const YamlNode& ov, Scenario& s) {
@@ -679,8 +760,16 @@ std::string scenario_to_yaml(const Scenario& s) {
        "# base, so `base:` followed by these lines indented is a study of this variant alone.\n";
   y << "architecture: " << quoted_yaml(s.architecture) << "\ncluster: " << quoted_yaml(s.cluster) << "\n";
   if (!s.profile.empty()) y << "profile: " << quoted_yaml(s.profile) << "\n";
-  y << "trace: " << (s.balanced_routing ? std::string("balanced") : s.trace.empty() ? std::string("none")
-                                                                                     : quoted_yaml(s.trace)) << "\n";
+  if (s.trace_mix != TraceMix::kOne) {
+    const bool phases = s.trace_mix == TraceMix::kPhases;
+    y << "trace:\n  " << (phases ? "phases" : "mix") << ":\n";
+    for (const TracePart& p : s.trace_parts)
+      y << "    - {trace: " << quoted_yaml(p.path) << ", "
+        << (phases ? "steps: " + std::to_string(p.steps) : "weight: " + exact(p.weight)) << "}\n";
+  } else {
+    y << "trace: " << (s.balanced_routing ? std::string("balanced") : s.trace.empty() ? std::string("none")
+                                                                                       : quoted_yaml(s.trace)) << "\n";
+  }
   y << "parallelism: {tp: " << s.tp << ", ep: " << s.ep << "}\n";
   const Workload& w = s.workload;
   y << "workload:\n  mode: " << workload_mode_name(w.mode) << "\n  steps: " << w.steps << "\n  warmup_steps: "
@@ -692,7 +781,12 @@ std::string scenario_to_yaml(const Scenario& s) {
     << "B, layers: " << w.synthetic_layers << ", overlap: " << (w.synthetic_overlap ? "true" : "false") << "}\n";
   y << "placement: {policy: " << s.placement.policy
     << ", file: " << (s.placement.file.empty() ? std::string("none") : quoted_yaml(s.placement.file))
-    << ", replicas: " << s.placement.replicas << ", groups: " << s.placement.groups << "}\n";
+    << ", replicas: " << s.placement.replicas << ", groups: " << s.placement.groups;
+  // Only when on: scenarios without online rebalancing keep their form (and hashes).
+  if (const RebalanceOptions& r = s.placement.rebalance; r.every_steps > 0)
+    y << ", rebalance: {every_steps: " << r.every_steps << ", window_steps: " << r.window_steps
+      << ", migration: " << migration_mode_name(r.migration) << "}";
+  y << "}\n";
   y << "overlap: {policy: " << overlap_policy_name(s.overlap.policy) << ", chunks: " << s.overlap.chunks
     << ", timelines: " << timelines_name(s.overlap.timelines) << "}\n";
   y << "dispatch: {mode: " << dispatch_mode_name(s.dispatch)

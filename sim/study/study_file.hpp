@@ -38,7 +38,18 @@ struct PlacementChoice {
   std::string file;                   // a placement file (absolute after loading); wins over policy
   int replicas = 0;
   int groups = 0;
+  RebalanceOptions rebalance;         // placement.rebalance (every_steps 0: static)
   bool operator==(const PlacementChoice&) const = default;
+};
+
+// A workload of several traces (docs/study-format.md, "trace"): phases one after the other, or a mix
+// every sequence is drawn from by weight.
+enum class TraceMix { kOne, kPhases, kMix };
+struct TracePart {
+  std::string path;     // absolute
+  int steps = 0;        // phases: the steps the phase lasts
+  double weight = 0.0;  // mix: its weight (> 0)
+  bool operator==(const TracePart&) const = default;
 };
 
 struct OverlapChoice {
@@ -54,6 +65,9 @@ struct Scenario {
   std::string profile;       // "" = the cluster's GPU kind
   std::string trace;         // absolute path; "" for dense or synthetic workloads
   bool balanced_routing = false;  // trace: balanced (no recorded routing; docs/simulator.md)
+  // trace: {phases: [...]} or {mix: [...]}: the parts (trace is the first part's path).
+  TraceMix trace_mix = TraceMix::kOne;
+  std::vector<TracePart> trace_parts;
   int tp = 1;
   int ep = 0;                // 0 = GPUs / TP (parse_scenario fills it in)
   Workload workload;

@@ -256,6 +256,17 @@ TEST_CASE("shipped configs: every study and paper study loads, with the paper tr
     moesim::traces::generate_synthetic(p, *w);
     w->finish();
   }
+  // configs/studies/rebalance.yaml's second phase (tools/rebalance-traces.sh): a short trace of the
+  // same model.
+  fs::create_directories(dir / "out" / "rebalance-traces");
+  moesim::traces::SyntheticParams q;
+  q.shape = load_architecture("deepseek-v2-lite").trace_shape();
+  q.tokens = 2048;
+  auto drift = moesim::traces::create_trace_writer((dir / "out" / "rebalance-traces" / "intent-drift.mtr").string(),
+                                                   moesim::traces::synthetic_meta(q), moesim::traces::Encoding::kBinary,
+                                                   false);
+  moesim::traces::generate_synthetic(q, *drift);
+  drift->finish();
   std::size_t papers = 0;
   for (const char* kind : {"studies", "papers"}) {
     fs::create_directories(dir / "configs" / kind);

@@ -405,6 +405,9 @@ TEST_CASE("study: every shipped study under configs/studies loads") {
   int count = 0;
   for (const auto& entry : fs::directory_iterator(moesim::testing::source_dir() / "configs/studies")) {
     if (entry.path().extension() != ".yaml") continue;
+    // Its second phase replays a trace tools/rebalance-traces.sh writes (not shipped): the shipped
+    // configs test loads it with one generated.
+    if (entry.path().filename() == "rebalance.yaml") continue;
     CAPTURE(entry.path());
     const Study s = load_study(entry.path().string());
     CHECK_FALSE(s.variants.empty());

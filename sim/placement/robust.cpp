@@ -25,8 +25,9 @@ struct Candidate {
 RobustObjective parse_robust_objective(const std::string& text) {
   if (text == "expected") return RobustObjective::kExpected;
   if (text == "worst") return RobustObjective::kWorst;
-  throw common::UsageError("--objective: expected expected or worst, got " + common::quoted(text) +
-                           common::did_you_mean(text, {"expected", "worst"}));
+  throw common::UsageError("--objective: expected expected (the weighted mix) or worst (minimax over candidates), "
+                           "got " +
+                           common::quoted(text) + common::did_you_mean(text, {"expected", "worst"}));
 }
 
 std::string robust_objective_name(RobustObjective objective) {

@@ -171,6 +171,9 @@ int run_place(const Args& args, Context& ctx) {
                           "[--objective expected|worst]] --architecture A --cluster C --policy P [--tp N] [--ep N] "
                           "[--replicas N] [--groups G] [--time-limit 60s] -o placement.yaml",
                           "Solves an expert placement and writes a placement file (docs/placement-format.md).\n"
+                          "With several --trace, one placement for all of them: --objective expected solves on\n"
+                          "their weighted mix, worst keeps the candidate with the least worst-trace max/mean\n"
+                          "(docs/placement.md, \"Several traces\").\n"
                           "Subcommands: moesim place evaluate | compare | export (see their --help).\n"
                           "Policies:\n" +
                               policy_list(registry),

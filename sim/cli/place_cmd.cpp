@@ -1,5 +1,6 @@
 #include "sim/cli/place_cmd.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "sim/study/placement_sim.hpp"
 #include "sim/placement/placement.hpp"
 #include "sim/placement/policy.hpp"
+#include "sim/placement/robust.hpp"
 #include "sim/placement/routing_counts.hpp"
 #include "traces/trace.hpp"
 
@@ -48,6 +50,90 @@ std::string policy_list(const sim::PlacementRegistry& registry) {
   return out.str();
 }
 
+// --weight, one per --trace (or none: equal weights), each positive and finite.
+std::vector<double> parse_weights(const po::variables_map& vm, std::size_t traces) {
+  if (!vm.count("weight")) return std::vector<double>(traces, 1.0);
+  const auto texts = vm["weight"].as<std::vector<std::string>>();
+  if (texts.size() != traces)
+    throw common::UsageError("--weight: given " + std::to_string(texts.size()) + " times for " +
+                             std::to_string(traces) + " --trace; give one --weight per --trace (in the same order), " +
+                             "or none for equal weights");
+  std::vector<double> weights;
+  for (const std::string& text : texts) {
+    std::size_t used = 0;
+    double w = 0.0;
+    try {
+      w = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (text.empty() || used != text.size() || !std::isfinite(w) || w <= 0.0)
+      throw common::UsageError("--weight: expected a positive finite number such as 0.5 or 3, got " +
+                               common::quoted(text));
+    weights.push_back(w);
+  }
+  return weights;
+}
+
+// The traces of a robust placement, each checked against the architecture (the error names the file);
+// routing is counted only for a policy that reads it.
+std::vector<sim::RobustTrace> robust_traces(const std::vector<std::string>& files, const std::vector<double>& weights,
+                                            const models::Architecture& arch, bool needs_routing) {
+  std::vector<sim::RobustTrace> traces;
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    auto reader = traces::open_trace(files[i]);
+    if (const std::string mismatch = models::trace_shape_mismatch(reader->meta().shape, arch); !mismatch.empty())
+      throw common::InputError(files[i] + ": " + mismatch + " (--architecture " + arch.name + ")");
+    sim::RobustTrace t;
+    t.path = files[i];
+    t.sha256 = common::sha256_file(files[i]);
+    t.weight = weights[i];
+    if (needs_routing) {
+      t.counts = sim::count_routing(*reader, t.sha256);
+      if (t.counts.tokens == 0) throw common::InputError(files[i] + ": the trace has no tokens to profile");
+    }
+    traces.push_back(std::move(t));
+  }
+  return traces;
+}
+
+// The objective, the candidates' scores on every trace, and the one chosen (report["robust"]).
+void print_robust(std::ostream& out, const nlohmann::json& robust) {
+  const auto& traces = robust["traces"];
+  const auto& candidates = robust["candidates"];
+  const std::size_t chosen = robust["chosen"].get<std::size_t>();
+  std::ostringstream weights;
+  weights << std::setprecision(4);
+  for (const auto& t : traces) weights << " " << t["weight"].get<double>();
+  out << "  objective " << robust["objective"].get<std::string>() << " over " << traces.size() << " traces (weights"
+      << weights.str() << "); score: " << robust["score"].get<std::string>() << "\n";
+  std::size_t width = 12;
+  for (const auto& c : candidates) width = std::max(width, c["solved_on"].get<std::string>().size() + 2);
+  auto pad = [](const std::string& text, std::size_t w) {
+    return text.size() >= w ? text + " " : text + std::string(w - text.size(), ' ');
+  };
+  std::ostringstream head;
+  head << "    " << pad("solved on", width);
+  for (std::size_t i = 0; i < traces.size(); ++i) head << pad("trace " + std::to_string(i), 10);
+  out << head.str() << "worst\n";
+  for (std::size_t c = 0; c < candidates.size(); ++c) {
+    std::ostringstream row;
+    row << std::fixed << std::setprecision(4);
+    row << "    " << pad(candidates[c]["solved_on"].get<std::string>(), width);
+    for (const auto& v : candidates[c]["scores"]) {
+      std::ostringstream cell;
+      cell << std::fixed << std::setprecision(4) << v.get<double>();
+      row << pad(cell.str(), 10);
+    }
+    row << candidates[c]["worst"].get<double>() << (c == chosen ? "  <- chosen" : "");
+    out << row.str() << "\n";
+  }
+  for (std::size_t i = 0; i < traces.size(); ++i)
+    out << "    trace " << i << ": " << traces[i]["file"].get<std::string>() << ", "
+        << traces[i]["tokens"].get<std::uint64_t>() << " tokens\n";
+  if (robust.contains("note")) out << "  note: " << robust["note"].get<std::string>() << "\n";
+}
+
 void print_report(std::ostream& out, const sim::Placement& p) {
   for (const char* stage : {"stage1", "stage2"}) {
     if (!p.report.contains(stage)) continue;
@@ -62,7 +148,12 @@ void print_report(std::ostream& out, const sim::Placement& p) {
 
 int run_place(const Args& args, Context& ctx) {
   po::options_description opts("Options");
-  opts.add_options()("trace", po::value<std::string>(), "routing trace to profile (policies that use routing)")(
+  opts.add_options()("trace", po::value<std::vector<std::string>>(),
+                     "routing trace to profile (policies that use routing); repeat it for one placement over "
+                     "several traces")("weight", po::value<std::vector<std::string>>(),
+                                       "with several --trace: each trace's weight, one per --trace (default equal)")(
+      "objective", po::value<std::string>(),
+      "with several --trace: expected (solve on the weighted mix, the default) or worst (minimax over candidates)")(
       "architecture", po::value<std::string>()->required(), "architecture name or YAML path")(
       "cluster", po::value<std::string>()->required(), "cluster name or YAML path")(
       "policy", po::value<std::string>()->required(), "placement policy (see the list above)")(
@@ -76,9 +167,13 @@ int run_place(const Args& args, Context& ctx) {
       "force", po::bool_switch(), "replace an existing output file");
   const sim::PlacementRegistry registry = sim::default_placement_registry();
   auto vm = parse_options(args, opts, po::positional_options_description(),
-                          "moesim place --trace T --architecture A --cluster C --policy P [--tp N] [--ep N] "
+                          "moesim place --trace T [--trace T2 ... [--weight W --weight W2 ...] "
+                          "[--objective expected|worst]] --architecture A --cluster C --policy P [--tp N] [--ep N] "
                           "[--replicas N] [--groups G] [--time-limit 60s] -o placement.yaml",
                           "Solves an expert placement and writes a placement file (docs/placement-format.md).\n"
+                          "With several --trace, one placement for all of them: --objective expected solves on\n"
+                          "their weighted mix, worst keeps the candidate with the least worst-trace max/mean\n"
+                          "(docs/placement.md, \"Several traces\").\n"
                           "Subcommands: moesim place evaluate | compare | export (see their --help).\n"
                           "Policies:\n" +
                               policy_list(registry),
@@ -102,22 +197,39 @@ int run_place(const Args& args, Context& ctx) {
       throw common::UsageError("--time-limit: expected a positive time such as 60s, got " + common::quoted(text));
     options.time_limit = *t;
   }
-  sim::RoutingCounts routing;
-  const bool with_routing = vm->count("trace") > 0;
-  if (policy->needs_routing() && !with_routing)
+  const auto trace_files =
+      vm->count("trace") ? (*vm)["trace"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  const std::vector<double> weights = parse_weights(*vm, trace_files.size());
+  const sim::RobustObjective objective = vm->count("objective")
+                                             ? sim::parse_robust_objective((*vm)["objective"].as<std::string>())
+                                             : sim::RobustObjective::kExpected;
+  if (policy->needs_routing() && trace_files.empty())
     throw common::UsageError("placement policy " + policy->name() + " is solved on routing statistics: give --trace");
-  if (with_routing) {
-    const std::string trace = (*vm)["trace"].as<std::string>();
-    auto reader = traces::open_trace(trace);
-    routing = sim::count_routing(*reader, common::sha256_file(trace));
+  sim::Placement placement;
+  if (trace_files.size() > 1) {
+    const auto traces = robust_traces(trace_files, weights, arch, policy->needs_routing());
+    const sim::PlacementInput input{arch, cluster, ep, tp, nullptr, options};
+    placement = sim::place_robust(*policy, input, traces, objective);
+  } else {
+    // One trace (or none): solved as it always was; --weight and --objective change nothing.
+    sim::RoutingCounts routing;
+    const bool with_routing = !trace_files.empty();
+    if (with_routing) {
+      auto reader = traces::open_trace(trace_files.front());
+      const std::string mismatch = models::trace_shape_mismatch(reader->meta().shape, arch);
+      if (policy->needs_routing() && !mismatch.empty())
+        throw common::InputError(trace_files.front() + ": " + mismatch + " (--architecture " + arch.name + ")");
+      routing = sim::count_routing(*reader, common::sha256_file(trace_files.front()));
+    }
+    const sim::PlacementInput input{
+        arch, cluster, ep, tp, with_routing && policy->needs_routing() ? &routing : nullptr, options};
+    placement = policy->place(input);
   }
-  const sim::PlacementInput input{arch,   cluster, ep, tp, with_routing && policy->needs_routing() ? &routing : nullptr,
-                                  options};
-  const sim::Placement placement = policy->place(input);
   sim::validate_placement(placement, arch, "placement policy " + policy->name());
   sim::save_placement(placement, output, (*vm)["force"].as<bool>());
   ctx.out << "wrote " << output << ": policy " << placement.policy << ", " << arch.name << " on " << cluster.name
           << ", ep " << ep << ", tp " << tp << "\n";
+  if (placement.report.contains("robust")) print_robust(ctx.out, placement.report["robust"]);
   print_report(ctx.out, placement);
   return common::kExitOk;
 }

@@ -22,7 +22,7 @@ struct Placement {
   int ep = 0;                // EP ranks
   int tp = 1;                // GPUs per EP rank (TP group)
   std::string policy;        // the policy that made it
-  std::string trace_sha256;  // of the trace it was solved on; "" when none was used
+  std::string trace_sha256;  // of the trace it was solved on; "" when none or several (report.robust) were used
   std::vector<int> layers;   // decoder-layer index of each MoE layer, as in the architecture
   // ranks[l][e]: the EP ranks holding a copy of expert e in layer layers[l] (at least one, distinct).
   std::vector<std::vector<std::vector<int>>> ranks;

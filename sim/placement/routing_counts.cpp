@@ -1,5 +1,7 @@
 #include "sim/placement/routing_counts.hpp"
 
+#include <cmath>
+
 #include "common/error.hpp"
 
 namespace moesim::sim {
@@ -57,6 +59,54 @@ RoutingCounts count_routing(traces::TraceReader& reader, const std::string& trac
     c.tokens += tokens;
   }
   return c;
+}
+
+RoutingCounts mix_routing(const std::vector<RoutingCounts>& counts, const std::vector<double>& weights) {
+  using common::InputError;
+  if (counts.empty()) throw InputError("mix_routing: no routing counts to mix");
+  if (!weights.empty() && weights.size() != counts.size())
+    throw InputError("mix_routing: " + std::to_string(weights.size()) + " weights for " +
+                     std::to_string(counts.size()) + " traces; give one per trace, or none for equal weights");
+  const RoutingCounts& first = counts.front();
+  double weight_sum = 0.0, token_sum = 0.0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const RoutingCounts& c = counts[i];
+    const std::string which = "mix_routing: trace " + std::to_string(i);
+    if (c.layers != first.layers || c.num_experts != first.num_experts || c.top_k != first.top_k)
+      throw InputError(which + ": its routing shape (MoE layers, experts, top-k) differs from trace 0's");
+    const auto experts = static_cast<std::size_t>(c.num_experts);
+    const std::size_t layers = c.layers.size();
+    bool sized = c.load.size() == layers && c.next.size() == (layers > 0 ? layers - 1 : 0);
+    for (const auto& row : c.load) sized = sized && row.size() == experts;
+    for (const auto& row : c.next) sized = sized && row.size() == experts * experts;
+    if (!sized) throw InputError(which + ": its load or next counts are not sized layers x experts");
+    if (c.tokens == 0) throw InputError(which + ": the trace has no tokens");
+    const double w = weights.empty() ? 1.0 : weights[i];
+    if (!std::isfinite(w) || w <= 0.0)
+      throw InputError(which + ": expected a positive finite weight, got " + std::to_string(w));
+    weight_sum += w;
+    token_sum += static_cast<double>(c.tokens);
+  }
+  if (counts.size() == 1) return first;
+  RoutingCounts mix;
+  mix.layers = first.layers;
+  mix.num_experts = first.num_experts;
+  mix.top_k = first.top_k;
+  mix.tokens = static_cast<std::uint64_t>(std::llround(token_sum / static_cast<double>(counts.size())));
+  const auto experts = static_cast<std::size_t>(first.num_experts);
+  mix.load.assign(first.load.size(), std::vector<double>(experts, 0.0));
+  mix.next.assign(first.next.size(), std::vector<double>(experts * experts, 0.0));
+  // One factor per trace: its share of the weight, per token, back in units of the mean trace.
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const RoutingCounts& c = counts[i];
+    const double w = weights.empty() ? 1.0 : weights[i];
+    const double factor = (w / weight_sum) * (static_cast<double>(mix.tokens) / static_cast<double>(c.tokens));
+    for (std::size_t l = 0; l < c.load.size(); ++l)
+      for (std::size_t e = 0; e < c.load[l].size(); ++e) mix.load[l][e] += factor * c.load[l][e];
+    for (std::size_t l = 0; l < c.next.size(); ++l)
+      for (std::size_t p = 0; p < c.next[l].size(); ++p) mix.next[l][p] += factor * c.next[l][p];
+  }
+  return mix;
 }
 
 }  // namespace moesim::sim

@@ -26,4 +26,13 @@ struct RoutingCounts {
 // layer), RunError for a reader that hands out a malformed block.
 RoutingCounts count_routing(traces::TraceReader& reader, const std::string& trace_sha256);
 
+// The weighted mean of several traces' routing (docs/placement.md, "Several traces: robust placement"):
+// each trace's load and next are divided by its token count (so that a long trace does not outweigh a
+// short one), combined with the weights normalised to sum 1, and multiplied by T, the arithmetic mean of
+// the token counts rounded to an integer, so that the result stays in token units (each layer of load
+// sums to T x top_k) and `tokens` is T. `weights` empty means equal weights. One trace comes back
+// unchanged (its sha256 kept); a mix of several has trace_sha256 "". Throws InputError when `counts` is
+// empty, the shapes differ, a trace has no tokens, or the weights are not one per trace, positive, finite.
+RoutingCounts mix_routing(const std::vector<RoutingCounts>& counts, const std::vector<double>& weights = {});
+
 }  // namespace moesim::sim

@@ -1,6 +1,7 @@
 // `moesim place`, `place evaluate`, `place compare` and `place export` as a user runs them on the
 // shipped DeepSeek-V2-Lite trace: every policy writes a loadable file, evaluation and comparison give
 // real figures, exports have the engines' shapes, bad inputs exit 2 naming the problem.
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -126,4 +127,142 @@ TEST_CASE("cli place: bad inputs exit 2 with the problem named") {
   CHECK(contains(r.err, "--replicas 8"));
   r = place(dir, "moetuner", {"--ep", "3"});
   CHECK(r.exit_code == 2);
+}
+
+namespace {
+
+// A second DeepSeek-V2-Lite trace with sharper popularity than the shipped one (different traffic).
+std::string generated_trace(const TempDir& dir) {
+  const std::string out = (dir / "zipf.mtr").string();
+  const CliResult r = run_moesim({"trace", "generate", "--architecture", "deepseek-v2-lite", "--tokens", "3k", "--seed",
+                                  "5", "--zipf", "1.2", "-o", out});
+  REQUIRE(r.exit_code == 0);
+  return out;
+}
+
+CliResult place_over(const TempDir& dir, const std::string& policy, const std::string& name,
+                     std::vector<std::string> extra) {
+  std::vector<std::string> args = {"place",  "--architecture", "deepseek-v2-lite", "--cluster", "h100-sxm-8gpu",
+                                   "--policy", policy,          "-o",               (dir / name).string()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_moesim(args);
+}
+
+// The robust block of a placement file's report.
+nlohmann::json robust_report(const std::string& file) {
+  const CliResult r = run_moesim({"place", "evaluate", "--placement", file, "--trace", shipped_trace(), "--no-simulate",
+                                  "--json"});
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(r.out)["solver_report"]["robust"];
+}
+
+}  // namespace
+
+TEST_CASE("cli place: several traces, expected objective with weights") {
+  TempDir dir;
+  const std::string b = generated_trace(dir);
+  const CliResult r = place_over(dir, "greedy", "mix.yaml",
+                                 {"--trace", shipped_trace(), "--trace", b, "--weight", "1", "--weight", "3"});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(contains(r.out, "objective expected over 2 traces (weights 0.25 0.75)"));
+  CHECK(contains(r.out, "<- chosen"));
+  const std::string file = (dir / "mix.yaml").string();
+  CHECK_FALSE(contains(moesim::testing::read_text(file), "trace_sha256:"));  // solved on no single trace
+  const auto robust = robust_report(file);
+  CHECK(robust["objective"] == "expected");
+  REQUIRE(robust["traces"].size() == 2);
+  CHECK(robust["traces"][0]["file"] == shipped_trace());
+  CHECK(robust["traces"][0]["sha256"].get<std::string>().size() == 64);
+  CHECK(robust["traces"][1]["tokens"] == 3000);
+  CHECK(robust["traces"][1]["weight"].get<double>() == doctest::Approx(0.75));
+  REQUIRE(robust["candidates"].size() == 1);
+  CHECK(robust["candidates"][0]["solved_on"] == "mix");
+  CHECK(robust["chosen"] == 0);
+  // The per-trace scores are place evaluate's max/mean on each trace.
+  for (std::size_t i = 0; i < 2; ++i) {
+    const CliResult e = run_moesim({"place", "evaluate", "--placement", file, "--trace",
+                                    robust["traces"][i]["file"].get<std::string>(), "--no-simulate", "--json"});
+    REQUIRE(e.exit_code == 0);
+    CHECK(robust["candidates"][0]["scores"][i].get<double>() ==
+          doctest::Approx(nlohmann::json::parse(e.out)["mean_max_over_mean"].get<double>()));
+  }
+}
+
+TEST_CASE("cli place: several traces, worst objective keeps the candidate with the least worst score") {
+  TempDir dir;
+  const std::string b = generated_trace(dir);
+  const CliResult r = place_over(dir, "greedy", "worst.yaml",
+                                 {"--trace", shipped_trace(), "--trace", b, "--objective", "worst"});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(contains(r.out, "objective worst over 2 traces"));
+  const auto robust = robust_report((dir / "worst.yaml").string());
+  CHECK(robust["objective"] == "worst");
+  const auto& candidates = robust["candidates"];
+  REQUIRE(candidates.size() == 3);  // the mix, then each trace alone
+  CHECK(candidates[0]["solved_on"] == "mix");
+  CHECK(candidates[2]["solved_on"] == b);
+  const std::size_t chosen = robust["chosen"].get<std::size_t>();
+  REQUIRE(chosen < 3);
+  const double chosen_worst = candidates[chosen]["worst"].get<double>();
+  for (const auto& c : candidates) {
+    REQUIRE(c["scores"].size() == 2);
+    const double worst = std::max(c["scores"][0].get<double>(), c["scores"][1].get<double>());
+    CHECK(c["worst"].get<double>() == doctest::Approx(worst));
+    CHECK(chosen_worst <= worst);
+  }
+  CHECK(contains(robust["note"].get<std::string>(), "not an exact minimax solve"));
+}
+
+TEST_CASE("cli place: several traces with a policy that reads no routing") {
+  TempDir dir;
+  const std::string b = generated_trace(dir);
+  const CliResult r = place_over(dir, "contiguous", "c.yaml", {"--trace", shipped_trace(), "--trace", b});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(contains(r.out, "nothing to combine"));
+  const auto robust = robust_report((dir / "c.yaml").string());
+  REQUIRE(robust["candidates"].size() == 1);
+  CHECK(robust["candidates"][0]["scores"].size() == 2);
+}
+
+TEST_CASE("cli place: one trace gives the same file with or without --weight and --objective") {
+  TempDir dir;
+  REQUIRE(place_over(dir, "greedy", "plain.yaml", {"--trace", shipped_trace()}).exit_code == 0);
+  REQUIRE(place_over(dir, "greedy", "opts.yaml", {"--trace", shipped_trace(), "--weight", "2", "--objective", "worst"})
+              .exit_code == 0);
+  const std::string plain = moesim::testing::read_text(dir / "plain.yaml");
+  CHECK(plain == moesim::testing::read_text(dir / "opts.yaml"));
+  CHECK(contains(plain, "trace_sha256:"));
+  CHECK_FALSE(contains(plain, "robust"));
+}
+
+TEST_CASE("cli place: bad weights, objectives and traces over several traces exit 2 naming the problem") {
+  TempDir dir;
+  const std::string b = generated_trace(dir);
+  auto check = [&](std::vector<std::string> extra, const std::string& part) {
+    const CliResult r = place_over(dir, "greedy", "bad.yaml", extra);
+    CAPTURE(part);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(contains(r.err, part));
+    CHECK_FALSE(std::filesystem::exists(dir / "bad.yaml"));
+  };
+  const std::vector<std::string> two = {"--trace", shipped_trace(), "--trace", b};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), two.begin(), two.end());
+    return extra;
+  };
+  check(with({"--weight", "1"}), "--weight: given 1 times for 2 --trace");
+  check(with({"--weight", "1", "--weight", "2", "--weight", "3"}), "one --weight per --trace");
+  check(with({"--weight", "1", "--weight=-2"}),
+        "--weight: expected a positive finite number such as 0.5 or 3, got \"-2\"");
+  check(with({"--weight", "0", "--weight", "1"}), "got \"0\"");
+  check(with({"--weight", "1", "--weight", "inf"}), "got \"inf\"");
+  check(with({"--weight", "1", "--weight", "2x"}), "got \"2x\"");
+  check(with({"--objective", "wrst"}), "did you mean \"worst\"");
+  const std::string other = (moesim::testing::test_data_dir() / "traces" / "sample_small.mtr").string();
+  check({"--trace", shipped_trace(), "--trace", other}, other + ": expected a trace of");
+  check({"--trace", other}, other + ": expected a trace of");
 }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <numeric>
@@ -393,4 +394,70 @@ TEST_CASE("placement: count_routing streams blocks and covers the whole trace") 
   CHECK(c.next == next);
   for (std::size_t l = 0; l < 3; ++l) CHECK(std::accumulate(c.load[l].begin(), c.load[l].end(), 0.0) == 10001.0 * 3);
   for (std::size_t l = 0; l < 2; ++l) CHECK(std::accumulate(c.next[l].begin(), c.next[l].end(), 0.0) == 10001.0 * 9);
+}
+
+namespace {
+
+// Two layers, two experts, top-1: load [l][e], next [e1 * 2 + e2].
+RoutingCounts tiny_counts(std::uint64_t tokens, std::vector<std::vector<double>> load, std::vector<double> next) {
+  RoutingCounts c;
+  c.layers = {0, 1};
+  c.num_experts = 2;
+  c.top_k = 1;
+  c.tokens = tokens;
+  c.trace_sha256 = std::string(64, 'a');
+  c.load = std::move(load);
+  c.next = {std::move(next)};
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("placement: mix_routing on a hand-computed example") {
+  // A: 2 tokens, all on expert 0 in layer 0, split in layer 1. B: 4 tokens, all on expert 1, then split.
+  const RoutingCounts a = tiny_counts(2, {{2, 0}, {1, 1}}, {1, 1, 0, 0});
+  const RoutingCounts b = tiny_counts(4, {{0, 4}, {2, 2}}, {0, 0, 2, 2});
+  // Weights 1 : 3 -> 0.25, 0.75. Per token A = {{1, 0}, {.5, .5}}, B = {{0, 1}, {.5, .5}}; the mean token
+  // count is 3, so layer 0 is 3 x (0.25, 0.75) = (0.75, 2.25); next 3 x (.125, .125, .375, .375).
+  const RoutingCounts m = moesim::sim::mix_routing({a, b}, {1.0, 3.0});
+  CHECK(m.tokens == 3);
+  CHECK(m.trace_sha256.empty());
+  CHECK(m.layers == a.layers);
+  CHECK(m.num_experts == 2);
+  CHECK(m.top_k == 1);
+  REQUIRE(m.load.size() == 2);
+  CHECK(m.load[0][0] == doctest::Approx(0.75));
+  CHECK(m.load[0][1] == doctest::Approx(2.25));
+  CHECK(m.load[1][0] == doctest::Approx(1.5));
+  CHECK(m.load[1][1] == doctest::Approx(1.5));
+  REQUIRE(m.next.size() == 1);
+  const std::vector<double> next = {0.375, 0.375, 1.125, 1.125};
+  for (std::size_t i = 0; i < 4; ++i) CHECK(m.next[0][i] == doctest::Approx(next[i]));
+
+  // Equal weights: the long trace does not outweigh the short one (per token 0.5 each, x 3 tokens).
+  const RoutingCounts eq = moesim::sim::mix_routing({a, b});
+  CHECK(eq.load[0][0] == doctest::Approx(1.5));
+  CHECK(eq.load[0][1] == doctest::Approx(1.5));
+  // Scaling the weights changes nothing; one trace comes back as it is.
+  const RoutingCounts scaled = moesim::sim::mix_routing({a, b}, {10.0, 30.0});
+  CHECK(scaled.load[0][1] == doctest::Approx(2.25));
+  const RoutingCounts one = moesim::sim::mix_routing({b}, {7.0});
+  CHECK(one.load == b.load);
+  CHECK(one.next == b.next);
+  CHECK(one.tokens == 4);
+  CHECK(one.trace_sha256 == b.trace_sha256);
+}
+
+TEST_CASE("placement: mix_routing refuses what it cannot combine") {
+  const RoutingCounts a = tiny_counts(2, {{2, 0}, {1, 1}}, {1, 1, 0, 0});
+  RoutingCounts other = a;
+  other.num_experts = 3;
+  CHECK(error_of([&] { moesim::sim::mix_routing({a, other}); }).find("trace 1") != std::string::npos);
+  RoutingCounts empty = a;
+  empty.tokens = 0;
+  CHECK(error_of([&] { moesim::sim::mix_routing({a, empty}); }).find("no tokens") != std::string::npos);
+  CHECK_THROWS_AS(moesim::sim::mix_routing({a, a}, {1.0}), InputError);
+  CHECK_THROWS_AS(moesim::sim::mix_routing({a, a}, {1.0, 0.0}), InputError);
+  CHECK_THROWS_AS(moesim::sim::mix_routing({a, a}, {1.0, std::nan("")}), InputError);
+  CHECK_THROWS_AS(moesim::sim::mix_routing({}, {}), InputError);
 }

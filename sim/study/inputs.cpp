@@ -30,6 +30,12 @@ nlohmann::json placement_cache_key(const Scenario& s, const VariantInputs& in) {
           {"tp", in.tp}};
   // A policy that reads no routing (contiguous, round_robin) gives the same placement for any trace.
   if (!in.trace_sha256.empty()) key["trace_sha256"] = in.trace_sha256;
+  // A mix is solved on all its traces, by weight.
+  if (!in.trace_sha256.empty() && s.trace_mix == TraceMix::kMix) {
+    nlohmann::json mix = nlohmann::json::array();
+    for (const TracePart& p : s.trace_parts) mix.push_back({{"sha256", cached_sha256(p.path)}, {"weight", p.weight}});
+    key["trace_mix"] = std::move(mix);
+  }
   return key;
 }
 
@@ -61,10 +67,19 @@ Placement solve_with(const Scenario& s, const VariantInputs& in, const Placement
 }
 
 // A policy's placement for the scenario, solved in memory: on its trace (phases: the first phase's,
-// what is known before serving starts).
+// what is known before serving starts; a mix: the weighted mix of its traces' routing, mix_routing).
 Placement solve_placement(const Scenario& s, const VariantInputs& in, const PlacementPolicy& policy) {
   RoutingCounts routing;
-  if (policy.needs_routing()) {
+  if (policy.needs_routing() && s.trace_mix == TraceMix::kMix) {
+    std::vector<RoutingCounts> parts;
+    std::vector<double> weights;
+    for (const TracePart& p : s.trace_parts) {
+      auto r = traces::open_trace(p.path);
+      parts.push_back(count_routing(*r, cached_sha256(p.path)));
+      weights.push_back(p.weight);
+    }
+    routing = mix_routing(parts, weights);
+  } else if (policy.needs_routing()) {
     auto r = traces::open_trace(s.trace);
     routing = count_routing(*r, in.trace_sha256);
   }

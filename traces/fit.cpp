@@ -291,7 +291,7 @@ FittedModel fit_model(TraceReader& source, const FitOptions& options) {
   return model;
 }
 
-TraceMeta fitted_meta(const FittedModel& model, std::uint64_t tokens, std::uint64_t seed, double drift) {
+TraceMeta fitted_meta(const FittedModel& model, std::uint64_t tokens, std::uint64_t seed, double drift, int shift) {
   TraceMeta meta;
   meta.shape = model.shape;
   meta.has_weights = model.has_weights;
@@ -300,14 +300,17 @@ TraceMeta fitted_meta(const FittedModel& model, std::uint64_t tokens, std::uint6
   src << "moesim trace generate (fitted): seed " << seed << ", jump " << model.jump << ", mutation "
       << model.mutation;
   if (drift > 0.0) src << ", drift " << drift;
+  if (shift > 0) src << ", shift " << shift;
   src << ", model of " << model.tokens() << " tokens of [" << model.source << "]";
   meta.source = src.str();
   return meta;
 }
 
 void generate_fitted(const FittedModel& model, std::uint64_t tokens, std::uint64_t seed, TraceWriter& out,
-                     double drift) {
+                     double drift, int shift) {
   if (!(drift >= 0.0 && drift <= 1.0)) throw common::InputError("drift must be in [0, 1]");
+  if (shift < 0 || shift >= model.shape.num_experts)
+    throw common::InputError("shift must be in [0, " + std::to_string(model.shape.num_experts) + ")");
   const std::size_t layers = model.shape.layers.size();
   const auto k = static_cast<std::size_t>(model.shape.top_k);
   const auto n = static_cast<std::size_t>(model.shape.num_experts);
@@ -390,10 +393,11 @@ void generate_fitted(const FittedModel& model, std::uint64_t tokens, std::uint64
       }
       block.sequence.push_back(sequence);
       block.position.push_back(static_cast<std::uint32_t>(position));
-      if (drift > 0.0) {
-        const auto shift = static_cast<std::uint64_t>(std::floor(drift * static_cast<double>(n) *
-                                                                 static_cast<double>(written) / static_cast<double>(tokens)));
-        for (auto& e : set) e = static_cast<std::uint16_t>((e + shift) % n);
+      if (drift > 0.0 || shift > 0) {
+        const auto by = static_cast<std::uint64_t>(shift) +
+                        static_cast<std::uint64_t>(std::floor(drift * static_cast<double>(n) *
+                                                              static_cast<double>(written) / static_cast<double>(tokens)));
+        for (auto& e : set) e = static_cast<std::uint16_t>((e + by) % n);
       }
       block.experts.insert(block.experts.end(), set.begin(), set.end());
       ++written;

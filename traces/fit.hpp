@@ -58,14 +58,17 @@ std::vector<ParamProblem> check_fit_options(const FitOptions& options);
 // options that check_fit_options rejects.
 FittedModel fit_model(TraceReader& source, const FitOptions& options = {});
 
-// `drift` in [0, 1]: the generated tokens' expert ids rotate as the trace advances, token i of N
-// relabelling every expert e to (e + floor(drift x E x i / N)) mod E in every layer (the same shift
-// for a whole token, so its cross-layer pairs keep their statistics under the new names): by the
-// end, popularity has moved drift x E experts along, as the synthetic generator's drift does.
-TraceMeta fitted_meta(const FittedModel& model, std::uint64_t tokens, std::uint64_t seed, double drift = 0.0);
+// `drift` in [0, 1] and `shift` in [0, E): the generated tokens' expert ids rotate, token i of N
+// relabelling every expert e to (e + shift + floor(drift x E x i / N)) mod E in every layer (the same
+// for a whole token, so its cross-layer pairs keep their statistics under the new names). With drift,
+// popularity moves drift x E experts along by the end, as the synthetic generator's drift does; a
+// shift alone is a drift's end state held for the whole trace (other experts hot, the same skew),
+// which stays the same when the trace is read again.
+TraceMeta fitted_meta(const FittedModel& model, std::uint64_t tokens, std::uint64_t seed, double drift = 0.0,
+                      int shift = 0);
 // Writes `tokens` tokens to `out` (does not call out.finish()).
 void generate_fitted(const FittedModel& model, std::uint64_t tokens, std::uint64_t seed, TraceWriter& out,
-                     double drift = 0.0);
+                     double drift = 0.0, int shift = 0);
 
 // The storable form (JSON, schema_version 1; routing as base64 of little-endian arrays).
 nlohmann::json model_to_json(const FittedModel& model);

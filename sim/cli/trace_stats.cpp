@@ -183,6 +183,8 @@ int run_generate(const Args& args, Context& ctx) {
       "affinity", po::value<double>(), "cross-layer affinity, 0 (layers independent) .. 1 (default 0.5)")(
       "drift", po::value<double>(),
       "popularity rotation over the trace, fraction of the experts, 0..1 (default 0); also for --fit and --model")(
+      "shift", po::value<int>(),
+      "--fit, --model: every expert id e becomes (e + N) mod E, the whole trace (other experts hot; default 0)")(
       "seq-len", po::value<std::string>(), "fixed sequence length (default 512)")(
       "seq-len-range", po::value<std::string>(), "sequence lengths uniform in MIN:MAX")(
       "weights", po::bool_switch(), "emit gate weights");
@@ -221,6 +223,9 @@ int run_generate(const Args& args, Context& ctx) {
   if (!synthetic && (*vm)["weights"].as<bool>())
     throw common::UsageError("--weights applies to synthetic traces (--architecture) only: a fitted trace has gate "
                              "weights exactly when its source has them");
+  if (synthetic && vm->count("shift"))
+    throw common::UsageError("--shift applies to fitted traces (--fit, --model) only: a synthetic trace's hot experts "
+                             "are chosen by --popularity-seed");
   for (const auto& o : kFitOnly)
     if (!vm->count("fit") && vm->count(o))
       throw common::UsageError("--" + o + " applies to --fit only");
@@ -325,9 +330,15 @@ int run_generate(const Args& args, Context& ctx) {
   const double drift = vm->count("drift") ? (*vm)["drift"].as<double>() : 0.0;
   if (!(drift >= 0.0 && drift <= 1.0))
     throw common::UsageError("--drift: expected a fraction of the experts in [0, 1], got " + std::to_string(drift));
+  const int shift = vm->count("shift") ? (*vm)["shift"].as<int>() : 0;
+  if (shift < 0 || shift >= model.shape.num_experts)
+    throw common::UsageError("--shift: expected 0 to " + std::to_string(model.shape.num_experts - 1) +
+                             " (an expert count of the trace's " + std::to_string(model.shape.num_experts) + "), got " +
+                             std::to_string(shift));
   if (drift > 0.0) what_line += ", drift " + std::to_string(drift);
-  write_with(traces::fitted_meta(model, tokens, seed, drift),
-             [&](traces::TraceWriter& w) { traces::generate_fitted(model, tokens, seed, w, drift); });
+  if (shift > 0) what_line += ", shift " + std::to_string(shift);
+  write_with(traces::fitted_meta(model, tokens, seed, drift, shift),
+             [&](traces::TraceWriter& w) { traces::generate_fitted(model, tokens, seed, w, drift, shift); });
   return common::kExitOk;
 }
 

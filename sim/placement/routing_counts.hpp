@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "traces/load_trace.hpp"
 #include "traces/trace.hpp"
 
 namespace moesim::sim {
@@ -25,5 +26,10 @@ struct RoutingCounts {
 // Rewinds the reader first. Throws InputError for an expert id out of range (naming the token and
 // layer), RunError for a reader that hands out a malformed block.
 RoutingCounts count_routing(traces::TraceReader& reader, const std::string& trace_sha256);
+
+// The same from a load-only trace (rewound first): `load` summed over the iterations, `tokens` their
+// tokens. `next` holds zero matrices of the right size: a load-only trace has no per-token routes, so
+// no cross-layer pairs to count.
+RoutingCounts count_load_routing(traces::LoadTraceReader& reader, const std::string& trace_sha256);
 
 }  // namespace moesim::sim

@@ -204,7 +204,11 @@ std::int64_t npy_integer(const unsigned char* p, const NpyArray& a) {
 std::string npy_shape_text(const std::vector<std::uint64_t>& shape) {
   std::vector<std::string> parts;
   for (auto d : shape) parts.push_back(std::to_string(d));
-  return "(" + common::join(parts, ", ") + ")";
+  // Built piecewise: GCC 12 warns (-Wrestrict, a false positive) on "(" + string + ... here.
+  std::string out("(");
+  out += common::join(parts, ", ");
+  out += ')';
+  return out;
 }
 
 

@@ -9,6 +9,7 @@
 #include "common/strings.hpp"
 #include "traces/format_binary.hpp"
 #include "traces/format_text.hpp"
+#include "traces/load_trace.hpp"
 #include "traces/trace.hpp"
 
 namespace moesim::traces {
@@ -25,6 +26,10 @@ std::unique_ptr<TraceReader> open_trace(const std::string& path) {
   if (got == 0) throw common::InputError(path + ": empty file, expected a moesim trace");
   if (has_binary_magic(head, got)) return open_binary_trace(path);
   if (has_text_magic(head, got)) return open_text_trace(path);
+  if (got >= kLoadMagic.size() && std::memcmp(head, kLoadMagic.data(), kLoadMagic.size()) == 0)
+    throw common::InputError(path + ": a load-only trace (per-step expert token counts, no per-token routes), not a "
+                             "routing trace: it can be used as a study's trace: and by \"moesim trace stats\"; "
+                             "commands that need each token's experts cannot read it");
   std::string shown;
   for (std::size_t i = 0; i < std::min<std::size_t>(got, 12); ++i) {
     const unsigned char c = head[i];

@@ -4,6 +4,8 @@
 // checked, and throws common::InputError naming the input file and line, record or byte offset on
 // the first bad input, so a failed import leaves no output. Memory: esft holds one sequence (one line
 // of every layer file), jsonl one sequence's records, npy one chunk of tokens.
+// `counts` is apart: it reads per-step expert counts (load only, no per-token routes) and writes a
+// load-only trace (traces/load_trace.hpp) through import_counts; import_trace refuses it.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +16,14 @@
 #include <utility>
 #include <vector>
 
+#include "traces/load_trace.hpp"
 #include "traces/trace.hpp"
 
 namespace moesim::traces {
 
-enum class ImportFormat { kEsft, kJsonl, kNpy };
+enum class ImportFormat { kEsft, kJsonl, kNpy, kCounts };
 
-const std::vector<std::string>& import_format_names();  // "esft", "jsonl", "npy"
+const std::vector<std::string>& import_format_names();  // "esft", "jsonl", "npy", "counts"
 // Throws UsageError listing the valid names.
 ImportFormat parse_import_format(std::string_view name);
 std::string_view import_format_name(ImportFormat format);
@@ -54,5 +57,23 @@ ImportReport import_trace(ImportFormat format, const std::string& input, const T
 
 // A factory writing `path` in `encoding` (create_trace_writer).
 WriterFactory file_writer_factory(const std::string& path, Encoding encoding, bool overwrite);
+
+// Per-step expert counts, iterations x layers x experts, from a .npy, .json or .csv file (chosen by
+// the extension; FORMAT.md "counts"). The layer axis must be the architecture's MoE layers and the
+// expert axis its experts; every iteration must be top-k consistent. Errors name the input file and
+// the entry (iteration, layer, expert). Memory: npy and csv hold one iteration, json the whole file.
+struct CountsImportReport {
+  std::uint64_t iterations = 0;
+  std::uint64_t tokens = 0;              // over all iterations
+  std::uint64_t min_tokens = 0;          // per iteration
+  std::uint64_t max_tokens = 0;
+  std::string input_kind;                // "npy", "json" or "csv"
+  LoadTraceMeta meta;                    // of the trace written (counts filled in)
+};
+using LoadWriterFactory = std::function<std::unique_ptr<LoadTraceWriter>(const LoadTraceMeta&)>;
+CountsImportReport import_counts(const std::string& path, const TraceShape& shape,
+                                 const LoadWriterFactory& make_writer);
+// A factory writing a load-only trace to `path` (create_load_trace_writer).
+LoadWriterFactory load_file_writer_factory(const std::string& path, bool overwrite);
 
 }  // namespace moesim::traces

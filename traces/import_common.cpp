@@ -70,7 +70,7 @@ std::optional<float> parse_weight(std::string_view text, std::string& why) {
 }  // namespace detail
 
 const std::vector<std::string>& import_format_names() {
-  static const std::vector<std::string> names = {"esft", "jsonl", "npy"};
+  static const std::vector<std::string> names = {"esft", "jsonl", "npy", "counts"};
   return names;
 }
 
@@ -78,6 +78,7 @@ ImportFormat parse_import_format(std::string_view name) {
   if (name == "esft") return ImportFormat::kEsft;
   if (name == "jsonl") return ImportFormat::kJsonl;
   if (name == "npy") return ImportFormat::kNpy;
+  if (name == "counts") return ImportFormat::kCounts;
   throw common::UsageError("unknown import format " + common::quoted(name) +
                            common::did_you_mean(name, import_format_names()) +
                            "; valid formats: " + common::join(import_format_names(), ", "));
@@ -88,6 +89,7 @@ std::string_view import_format_name(ImportFormat format) {
     case ImportFormat::kEsft: return "esft";
     case ImportFormat::kJsonl: return "jsonl";
     case ImportFormat::kNpy: return "npy";
+    case ImportFormat::kCounts: return "counts";
   }
   return "?";
 }
@@ -98,6 +100,9 @@ ImportReport import_trace(ImportFormat format, const std::string& input, const T
     case ImportFormat::kEsft: return import_esft(input, shape, make_writer, options);
     case ImportFormat::kJsonl: return import_jsonl(input, shape, make_writer, options);
     case ImportFormat::kNpy: return import_npy(input, shape, make_writer, options);
+    case ImportFormat::kCounts:
+      throw common::UsageError("the counts format holds per-step expert counts, not routes: import it with "
+                               "import_counts, which writes a load-only trace");
   }
   throw common::UsageError("unknown import format");
 }
@@ -106,6 +111,10 @@ WriterFactory file_writer_factory(const std::string& path, Encoding encoding, bo
   return [path, encoding, overwrite](const TraceMeta& meta) {
     return create_trace_writer(path, meta, encoding, overwrite);
   };
+}
+
+LoadWriterFactory load_file_writer_factory(const std::string& path, bool overwrite) {
+  return [path, overwrite](const LoadTraceMeta& meta) { return create_load_trace_writer(path, meta, overwrite); };
 }
 
 }  // namespace moesim::traces

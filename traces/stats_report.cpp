@@ -179,4 +179,100 @@ void print_stats_table(std::ostream& out, const TraceStats& s, const StatsReport
   }
 }
 
+namespace {
+
+constexpr const char* kNoAffinity =
+    "load-only trace: per-step expert counts, no per-token routes, so no cross-layer affinity (lift, pairs)";
+
+nlohmann::json summary_json(const Summary& s) {
+  return {{"count", s.count}, {"min", s.min}, {"max", s.max}, {"mean", s.mean}, {"median", s.median}, {"p99", s.p99}};
+}
+
+}  // namespace
+
+nlohmann::json load_stats_to_json(const LoadTraceStats& s, const StatsReportInput& input) {
+  nlohmann::json doc;
+  doc["schema_version"] = kStatsSchemaVersion;
+  doc["kind"] = "moesim trace stats";
+  doc["context"] = {{"tool", "moesim"},
+                    {"version", common::kVersion},
+                    {"git_revision", common::kGitRevision},
+                    {"build_type", common::kBuildType},
+                    {"date", utc_now()}};
+  doc["provenance"] = kProvenance;
+  doc["load_only"] = true;
+  doc["note"] = kNoAffinity;
+  const auto& m = s.meta;
+  doc["trace"] = {{"path", input.trace_path},
+                  {"sha256", input.trace_sha256},
+                  {"architecture", m.shape.architecture},
+                  {"layers", m.shape.layers},
+                  {"num_experts", m.shape.num_experts},
+                  {"top_k", m.shape.top_k},
+                  {"source", m.source},
+                  {"iterations", m.iterations},
+                  {"token_count", m.total_tokens}};
+  doc["halves"] = {{"first_iterations", s.first_half_iterations},
+                   {"second_iterations", s.iterations - s.first_half_iterations}};
+  doc["tokens_per_iteration"] = summary_json(s.tokens_per_iteration);
+  auto& layers = doc["layers"] = nlohmann::json::array();
+  for (const auto& l : s.layers)
+    layers.push_back({{"layer", l.layer},
+                      {"max_mean", l.max_mean},
+                      {"step_max_mean_mean", l.step_max_mean_mean},
+                      {"step_max_mean_max", l.step_max_mean_max},
+                      {"entropy_bits", l.entropy_bits},
+                      {"entropy_normalized", l.entropy_normalized},
+                      {"hottest_expert", l.hottest_expert},
+                      {"hottest_share", l.hottest_share},
+                      {"drift_tv", l.drift_tv},
+                      {"loads", l.loads}});
+  doc["summary"] = {{"max_mean", summary_json(s.max_mean)},
+                    {"step_max_mean", summary_json(s.step_max_mean)},
+                    {"drift_tv_max", s.drift_tv_max},
+                    {"drift_tv_max_layer", s.drift_tv_max_layer}};
+  return doc;
+}
+
+void print_load_stats_table(std::ostream& out, const LoadTraceStats& s, const StatsReportInput& input) {
+  const auto& m = s.meta;
+  out << "Trace statistics of " << input.trace_path << " (every number " << kProvenance << ")\n";
+  out << "  " << m.shape.architecture << ": load-only trace, " << s.iterations << " iterations, " << s.tokens
+      << " tokens (per iteration " << fixed(s.tokens_per_iteration.min, 0) << " to "
+      << fixed(s.tokens_per_iteration.max, 0) << ", mean " << fixed(s.tokens_per_iteration.mean, 1) << "), "
+      << m.shape.layers.size() << " MoE layers, " << m.shape.num_experts << " experts, top-" << m.shape.top_k << "\n";
+  out << "  " << kNoAffinity << "\n";
+  out << "  step max/mean: each iteration's max/mean load at the layer; drift: first " << s.first_half_iterations
+      << " iterations vs the other " << (s.iterations - s.first_half_iterations) << "\n\n";
+  const std::vector<std::pair<std::string, std::size_t>> columns = {
+      {"layer", 6}, {"max/mean", 9}, {"step mean", 10}, {"step max", 9}, {"entropy", 9}, {"H/Hmax", 7},
+      {"hottest (share)", 17}, {"drift TV", 9}};
+  for (std::size_t c = 0; c < columns.size(); ++c) {
+    const auto& [name, width] = columns[c];
+    out << (c == 6 ? "  " + pad_right(name, width - 2) : pad_left(name, width));
+  }
+  out << "\n";
+  for (const auto& l : s.layers)
+    out << pad_left(std::to_string(l.layer), 6) << pad_left(fixed(l.max_mean, 2), 9)
+        << pad_left(fixed(l.step_max_mean_mean, 2), 10) << pad_left(fixed(l.step_max_mean_max, 2), 9)
+        << pad_left(fixed(l.entropy_bits, 2) + " b", 9) << pad_left(fixed(l.entropy_normalized, 3), 7) << "  "
+        << pad_right(std::to_string(l.hottest_expert) + " (" + fixed(l.hottest_share, 3) + ")", 15)
+        << pad_left(fixed(l.drift_tv, 4), 9) << "\n";
+  out << "\n";
+  const LoadLayerStats* lo = nullptr;
+  const LoadLayerStats* hi = nullptr;
+  for (const auto& l : s.layers) {
+    if (lo == nullptr || l.max_mean < lo->max_mean) lo = &l;
+    if (hi == nullptr || l.max_mean > hi->max_mean) hi = &l;
+  }
+  if (lo != nullptr)
+    out << "max/mean load: " << fixed(lo->max_mean, 2) << " (layer " << lo->layer << ") to " << fixed(hi->max_mean, 2)
+        << " (layer " << hi->layer << "), mean " << fixed(s.max_mean.mean, 2) << "\n";
+  out << "step max/mean over " << s.step_max_mean.count << " (iteration, layer) pairs: median "
+      << fixed(s.step_max_mean.median, 2) << ", p99 " << fixed(s.step_max_mean.p99, 2) << ", max "
+      << fixed(s.step_max_mean.max, 2) << "\n";
+  out << "drift between the halves: max TV " << fixed(s.drift_tv_max, 4) << " (layer " << s.drift_tv_max_layer
+      << ")\n";
+}
+
 }  // namespace moesim::traces

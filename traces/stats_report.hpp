@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "traces/load_stats.hpp"
 #include "traces/stats.hpp"
 
 namespace moesim::traces {
@@ -22,5 +23,10 @@ struct StatsReportInput {
 
 nlohmann::json stats_to_json(const TraceStats& stats, const StatsReportInput& input);
 void print_stats_table(std::ostream& out, const TraceStats& stats, const StatsReportInput& input);
+
+// The same for a load-only trace: "load_only": true, per-layer loads and imbalance, per-step
+// imbalance and tokens per iteration; no pair or lift figures (the trace has no per-token routes).
+nlohmann::json load_stats_to_json(const LoadTraceStats& stats, const StatsReportInput& input);
+void print_load_stats_table(std::ostream& out, const LoadTraceStats& stats, const StatsReportInput& input);
 
 }  // namespace moesim::traces

@@ -1,6 +1,7 @@
 // `moesim trace import`, `trace convert`, `trace split`: bring routing recorded elsewhere into a
-// moesim trace, change a trace's encoding, and cut a trace into profile and held-out parts by
-// sequence. Outputs are written atomically and never replace a file without --force.
+// moesim trace (or per-step expert counts into a load-only trace), change a trace's encoding, and cut
+// a trace into profile and held-out parts by sequence. Outputs are written atomically and never
+// replace a file without --force.
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -56,12 +57,48 @@ void print_written(Context& ctx, const std::string& path, Encoding encoding) {
           << " bytes)\n";
 }
 
+models::Architecture import_architecture(const po::variables_map& vm) {
+  models::Architecture arch = models::load_architecture(vm["architecture"].as<std::string>());
+  if (!arch.is_moe())
+    throw common::InputError(arch.source_file + ": architecture " + arch.name +
+                             " has no MoE layers, so it has no routing to import");
+  return arch;
+}
+
+// --format counts: per-step expert counts into a load-only trace (one encoding, no sequences).
+int run_import_counts(const po::variables_map& vm, const std::string& input, const std::string& output, bool force,
+                      Context& ctx) {
+  for (const char* option : {"encoding", "sequence-length", "sequence-lengths"})
+    if (vm.count(option))
+      throw common::UsageError(std::string("--") + option + " does not apply to --format counts: a load-only trace "
+                               "has one encoding and no sequences");
+  if (vm["strict"].as<bool>()) throw common::UsageError("--strict applies to --format jsonl only");
+  common::check_can_write(output, force);
+  check_distinct(input, output, "--output");
+  const models::Architecture arch = import_architecture(vm);
+  const auto report = traces::import_counts(input, arch.trace_shape(), traces::load_file_writer_factory(output, force));
+  const auto& shape = report.meta.shape;
+  ctx.out << "imported " << with_commas(report.iterations) << " iterations, " << with_commas(report.tokens)
+          << " tokens (" << with_commas(report.min_tokens) << " to " << with_commas(report.max_tokens)
+          << " per iteration) from " << input << " (counts, " << report.input_kind << "; " << arch.name << ", "
+          << shape.layers.size() << " MoE layers, top-" << shape.top_k << " of " << shape.num_experts
+          << " experts)\n";
+  ctx.out << "note: a load-only trace: per-step expert counts, no per-token routes (usable as a study's trace: "
+             "and by moesim trace stats)\n";
+  std::error_code ec;
+  const auto bytes = fs::file_size(output, ec);
+  ctx.out << "wrote " << output << " (load-only, " << with_commas(ec ? 0 : bytes) << " bytes)\n";
+  return common::kExitOk;
+}
+
 int run_import(const Args& args, Context& ctx) {
   po::options_description opts("Options");
-  opts.add_options()("format", po::value<std::string>()->required(), "input format: esft, jsonl or npy")(
+  opts.add_options()("format", po::value<std::string>()->required(),
+                     "input format: esft, jsonl, npy (routes) or counts (per-step expert counts)")(
       "architecture", po::value<std::string>()->required(),
       "architecture name (configs/architectures/NAME.yaml) or path to its YAML")(
-      "output,o", po::value<std::string>()->required(), "output trace (.mtr binary, .txt text)")(
+      "output,o", po::value<std::string>()->required(),
+      "output trace (.mtr binary, .txt text; counts: a load-only trace, .mlt)")(
       "encoding", po::value<std::string>(), "output encoding: binary or text (default: from the output name)")(
       "strict", po::bool_switch(), "jsonl: a token missing some MoE layers is an error instead of dropped")(
       "sequence-length", po::value<std::uint64_t>(), "npy: cut the tokens into sequences of N tokens")(
@@ -74,17 +111,19 @@ int run_import(const Args& args, Context& ctx) {
   po::positional_options_description pos;
   pos.add("input", 1);
   const std::string usage =
-      "moesim trace import --format esft|jsonl|npy --architecture NAME INPUT -o OUT [--strict] [--force]";
+      "moesim trace import --format esft|jsonl|npy|counts --architecture NAME INPUT -o OUT [--strict] [--force]";
   auto vm = parse_options(args, all, pos, usage,
                           "Converts routing recorded by other tools into a moesim trace. INPUT is a folder of\n"
                           "expert_weights_N.txt files (esft), a JSON-lines file (jsonl) or a .npy array (npy);\n"
-                          "the formats are described in traces/FORMAT.md.",
+                          "--format counts reads per-step expert token counts (iterations x layers x experts, .npy,\n"
+                          ".json or .csv) into a load-only trace. The formats are described in traces/FORMAT.md.",
                           ctx);
   if (!vm) return common::kExitOk;
   const auto format = traces::parse_import_format((*vm)["format"].as<std::string>());
   const std::string input = (*vm)["input"].as<std::string>();
   const std::string output = (*vm)["output"].as<std::string>();
   const bool force = (*vm)["force"].as<bool>();
+  if (format == traces::ImportFormat::kCounts) return run_import_counts(*vm, input, output, force, ctx);
   const Encoding encoding = encoding_option(*vm, output);
   traces::ImportOptions options;
   options.strict = (*vm)["strict"].as<bool>();
@@ -97,10 +136,7 @@ int run_import(const Args& args, Context& ctx) {
     throw common::UsageError("--strict applies to --format jsonl only");
   common::check_can_write(output, force);
   check_distinct(input, output, "--output");
-  const models::Architecture arch = models::load_architecture((*vm)["architecture"].as<std::string>());
-  if (!arch.is_moe())
-    throw common::InputError(arch.source_file + ": architecture " + arch.name +
-                             " has no MoE layers, so it has no routing to import");
+  const models::Architecture arch = import_architecture(*vm);
   auto report = traces::import_trace(format, input, arch.trace_shape(),
                                      traces::file_writer_factory(output, encoding, force), options);
   ctx.out << "imported " << with_commas(report.tokens) << " tokens in " << with_commas(report.sequences)
@@ -195,7 +231,8 @@ int run_split(const Args& args, Context& ctx) {
 }  // namespace
 
 void register_trace_import_commands(std::vector<Command>& commands) {
-  commands.push_back({"trace import", "convert routing recorded by other tools (esft, jsonl, npy) into a trace",
+  commands.push_back({"trace import",
+                      "convert routing (esft, jsonl, npy) or per-step expert counts (counts) recorded elsewhere",
                       run_import});
   commands.push_back({"trace convert", "rewrite a trace in the other encoding (binary <-> text)", run_convert});
   commands.push_back({"trace split", "split a trace by sequence into profile and held-out parts", run_split});

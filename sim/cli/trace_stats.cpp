@@ -15,6 +15,8 @@
 #include "sim/cli/cli.hpp"
 #include "traces/fit.hpp"
 #include "traces/generate.hpp"
+#include "traces/load_stats.hpp"
+#include "traces/load_trace.hpp"
 #include "traces/stats.hpp"
 #include "traces/stats_report.hpp"
 #include "traces/trace.hpp"
@@ -83,7 +85,9 @@ int run_stats(const Args& args, Context& ctx) {
       "Routing statistics computed from TRACE in one streaming pass: per MoE layer the expert loads,\n"
       "max/mean imbalance, entropy of the expert shares, the hottest expert, the strongest adjacent-layer\n"
       "pair by lift, and the drift between the first and second half of the tokens; then summaries.\n"
-      "lift(e1, e2) = P(e1 at l and e2 at l+1) / (P(e1 at l) P(e2 at l+1)), over tokens.",
+      "lift(e1, e2) = P(e1 at l and e2 at l+1) / (P(e1 at l) P(e2 at l+1)), over tokens.\n"
+      "On a load-only trace (moesim trace import --format counts): the per-layer loads, max/mean, the\n"
+      "per-step max/mean, entropy, hottest expert and drift, and tokens per iteration; no pair figures.",
       ctx);
   if (!vm) return common::kExitOk;
   traces::StatsOptions options;
@@ -92,6 +96,18 @@ int run_stats(const Args& args, Context& ctx) {
   if (options.min_together < 1) throw common::UsageError("--min-together: expected at least 1, got 0");
   if (options.top_pairs > 1000000) throw common::UsageError("--top: expected at most 1000000");
   const std::string path = (*vm)["trace"].as<std::string>();
+  if (traces::is_load_trace(path)) {
+    auto load_reader = traces::open_load_trace(path);
+    const traces::LoadTraceStats load_stats = traces::compute_load_stats(*load_reader);
+    traces::StatsReportInput load_input{path, ""};
+    if ((*vm)["json"].as<bool>()) {
+      load_input.trace_sha256 = common::sha256_file(path);
+      ctx.out << traces::load_stats_to_json(load_stats, load_input).dump(2) << "\n";
+    } else {
+      traces::print_load_stats_table(ctx.out, load_stats, load_input);
+    }
+    return common::kExitOk;
+  }
   auto reader = traces::open_trace(path);
   const traces::TraceStats stats = traces::compute_stats(*reader, options);
   traces::StatsReportInput input{path, ""};

@@ -109,4 +109,30 @@ RoutingCounts mix_routing(const std::vector<RoutingCounts>& counts, const std::v
   return mix;
 }
 
+RoutingCounts count_load_routing(traces::LoadTraceReader& reader, const std::string& trace_sha256) {
+  const traces::TraceShape& shape = reader.meta().shape;
+  RoutingCounts c;
+  c.layers = shape.layers;
+  c.num_experts = shape.num_experts;
+  c.top_k = shape.top_k;
+  c.trace_sha256 = trace_sha256;
+  const std::size_t layers = shape.layers.size();
+  const auto experts = static_cast<std::size_t>(shape.num_experts);
+  c.load.assign(layers, std::vector<double>(experts, 0.0));
+  // Left at zero: a load-only trace records no token's experts at two layers, so no pair counts.
+  c.next.assign(layers > 0 ? layers - 1 : 0, std::vector<double>(experts * experts, 0.0));
+
+  reader.rewind();
+  std::vector<std::uint32_t> counts;
+  while (reader.next(counts)) {
+    if (counts.size() != layers * experts)
+      throw common::RunError("load trace reader handed out " + std::to_string(counts.size()) + " counts (expected " +
+                             std::to_string(layers * experts) + ")");
+    for (std::size_t l = 0; l < layers; ++l)
+      for (std::size_t e = 0; e < experts; ++e) c.load[l][e] += counts[l * experts + e];
+    c.tokens += traces::load_tokens(shape, counts);
+  }
+  return c;
+}
+
 }  // namespace moesim::sim

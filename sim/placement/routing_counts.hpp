@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "traces/load_trace.hpp"
 #include "traces/trace.hpp"
 
 namespace moesim::sim {
@@ -34,5 +35,10 @@ RoutingCounts count_routing(traces::TraceReader& reader, const std::string& trac
 // unchanged (its sha256 kept); a mix of several has trace_sha256 "". Throws InputError when `counts` is
 // empty, the shapes differ, a trace has no tokens, or the weights are not one per trace, positive, finite.
 RoutingCounts mix_routing(const std::vector<RoutingCounts>& counts, const std::vector<double>& weights = {});
+
+// The same from a load-only trace (rewound first): `load` summed over the iterations, `tokens` their
+// tokens. `next` holds zero matrices of the right size: a load-only trace has no per-token routes, so
+// no cross-layer pairs to count.
+RoutingCounts count_load_routing(traces::LoadTraceReader& reader, const std::string& trace_sha256);
 
 }  // namespace moesim::sim

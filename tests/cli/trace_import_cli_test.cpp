@@ -190,7 +190,7 @@ TEST_CASE("trace import cli: usage mistakes exit 2 with a hint") {
   CHECK(fs::is_empty(out.path()));
   r = run_moesim({"trace", "import", "--help"});
   CHECK(r.exit_code == 0);
-  CHECK(r.out.find("usage: moesim trace import --format esft|jsonl|npy --architecture NAME INPUT -o OUT") !=
+  CHECK(r.out.find("usage: moesim trace import --format esft|jsonl|npy|counts --architecture NAME INPUT -o OUT") !=
         std::string::npos);
 }
 

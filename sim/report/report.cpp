@@ -23,7 +23,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kChartCount = 6;
+constexpr int kChartCount = 7;
 
 // Reads one JSON file of a results folder and checks the fields the report needs; every complaint
 // names the file, the JSON path, what was expected and what was found.
@@ -224,6 +224,14 @@ json variant_data(const Reader& rows, const json& row, const std::string& at, co
   const std::string t_at = "variant.timelines[0]";
   v["timeline"] = detail.string(t, t_at, "label");
   v["steps"] = detail.numbers(t, t_at, "step_latency_s");
+  // Online rebalancing: the measured steps a rebalance came before (none without it).
+  json rebalanced = json::array();
+  if (var.contains("rebalance") && var["rebalance"].is_object() && var["rebalance"].contains("events") &&
+      var["rebalance"]["events"].is_array())
+    for (const auto& e : var["rebalance"]["events"])
+      if (e.is_object() && e.contains("measured_step") && e["measured_step"].is_number_integer())
+        rebalanced.push_back(e["measured_step"]);
+  v["rebalances"] = std::move(rebalanced);
   v["gpus"] = detail.array(t, t_at, "gpus").size();
   RoutedLayers routed = routed_layers(detail, t, t_at);
   v["moe_layers"] = routed.moe_layers;
@@ -295,6 +303,10 @@ constexpr ChartShell kCharts[kChartCount] = {
      "p50 step latency of each variant simulated three ways: ideal (no contention), overlapped (chunked all-to-all "
      "under contention), sequential; the outlined bar is the variant's requested policy.",
      false},
+    {"steps", "7. Step latency over time",
+     "Every measured step of each variant's requested timeline in run order; a ring marks a step an online "
+     "rebalance came before (placement.rebalance; a blocking migration's time is in that step).",
+     true},
 };
 
 // The profiles the variants' numbers come from, as load_report_data phrased them.

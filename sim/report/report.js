@@ -471,8 +471,43 @@
     return { marks: marks };
   }
 
+  // Every measured step in run order, one line per variant; a ring marks each step an online rebalance
+  // came before (its migration included, docs/simulator.md "Online rebalancing").
+  function drawSteps(c) {
+    const vs = VARIANTS.filter((v) => v.steps.length);
+    if (!vs.length) return empty(c, 'no variant has measured steps');
+    const all = [].concat.apply([], vs.map((v) => v.steps));
+    const hi = maxOf(all);
+    const tu = timeUnit(hi);
+    const n = maxOf(vs.map((v) => v.steps.length));
+    const f = frame(c.svg, { width: 1320, height: 380, margin: { l: 66, r: 18, t: 14, b: 46 },
+      x: { lo: 0, hi: Math.max(1, n - 1) }, y: { lo: 0, hi: hi * tu.f * 1.05 }, yCount: 5,
+      xLabel: 'measured step', yLabel: 'step latency (' + tu.u + ')' });
+    let marks = 0, rings = 0;
+    for (const v of vs) {
+      let d = '';
+      v.steps.forEach((x, i) => { d += (i ? 'L' : 'M') + f.x(i).toFixed(2) + ',' + f.y(x * tu.f).toFixed(2); });
+      const p = el(f.g, 'path', { d: d, fill: 'none', stroke: colourOf(v), 'stroke-width': v.baseline ? 1.8 : 1.2,
+        'stroke-opacity': 0.85, 'data-mark': 1 });
+      tip(p, v.name + ': ' + v.steps.length + ' steps, p50 ' + fmt(v.p50 * tu.f) + ', p99 ' + fmt(v.p99 * tu.f) + ' ' +
+        tu.u + (v.rebalances.length ? ', ' + v.rebalances.length + ' rebalances' : ''));
+      ++marks;
+      for (const i of v.rebalances) {
+        if (!(i >= 0 && i < v.steps.length)) continue;
+        const r = el(f.g, 'circle', { cx: f.x(i), cy: f.y(v.steps[i] * tu.f), r: 3.5, fill: '#fff',
+          stroke: colourOf(v), 'stroke-width': 1.5, 'data-mark': 1 });
+        tip(r, v.name + ': rebalance before measured step ' + i + ', step ' + fmt(v.steps[i] * tu.f) + ' ' + tu.u);
+        ++marks;
+        ++rings;
+      }
+    }
+    variantLegend(c, vs);
+    if (rings) legendItem(c, '#222', 'a step an online rebalance came before (migration included)', 'ring');
+    return { marks: marks };
+  }
+
   const CHARTS = { latency: drawLatency, cdf: drawCdf, layers: drawLayers, heatmap: drawHeatmap, pareto: drawPareto,
-                   timelines: drawTimelines };
+                   timelines: drawTimelines, steps: drawSteps };
   let drawn = 0;
   const figures = document.querySelectorAll('figure.chart');
   for (const fig of figures) {

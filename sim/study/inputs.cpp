@@ -7,6 +7,7 @@
 #include "common/hash.hpp"
 #include "sim/placement/policy.hpp"
 #include "sim/placement/routing_counts.hpp"
+#include "sim/engine/load_source.hpp"
 #include "traces/cached_reader.hpp"
 #include "traces/trace.hpp"
 
@@ -79,6 +80,9 @@ Placement solve_placement(const Scenario& s, const VariantInputs& in, const Plac
       weights.push_back(p.weight);
     }
     routing = mix_routing(parts, weights);
+  } else if (policy.needs_routing() && traces::is_load_trace(s.trace)) {
+    auto r = traces::open_load_trace(s.trace);
+    routing = count_load_routing(*r, in.trace_sha256);
   } else if (policy.needs_routing()) {
     auto r = traces::open_trace(s.trace);
     routing = count_routing(*r, in.trace_sha256);
@@ -166,25 +170,32 @@ Placement solve_on_routing(const Scenario& s, const VariantInputs& in, const Rou
   return solve_with(s, in, *policy, &routing);
 }
 
-std::unique_ptr<StepSource> make_scenario_source(const Scenario& s, const VariantInputs& in,
-                                                 std::vector<std::unique_ptr<traces::TraceReader>>& readers) {
-  readers.clear();
+std::unique_ptr<StepSource> make_scenario_source(const Scenario& s, const VariantInputs& in, SourceReaders& readers) {
+  readers.traces.clear();
+  readers.loads.clear();
   if (s.balanced_routing) {
     const traces::TraceShape shape = in.arch.trace_shape();
-    readers.push_back(make_sequence_reader(shape, s.workload.sequence_length));
-    return make_balanced_source(make_source(s, *readers.back(), in.ep), shape, s.seed);
+    readers.traces.push_back(make_sequence_reader(shape, s.workload.sequence_length));
+    return make_balanced_source(make_source(s, *readers.traces.back(), in.ep), shape, s.seed);
   }
   if (!needs_trace(s, in.arch)) return nullptr;
   auto open = [&](const std::string& path) -> traces::TraceReader& {
-    readers.push_back(std::make_unique<traces::CachingTraceReader>(traces::open_trace(path)));
-    return *readers.back();
+    readers.traces.push_back(std::make_unique<traces::CachingTraceReader>(traces::open_trace(path)));
+    return *readers.traces.back();
+  };
+  // A per-token trace's sequences, or a load-only trace's counts.
+  auto source_of = [&](const std::string& path) {
+    if (!traces::is_load_trace(path)) return make_source(s, open(path), in.ep);
+    readers.loads.push_back(traces::open_load_trace(path));
+    return make_load_source(*readers.loads.back(), s.workload.mode == WorkloadMode::kDecode, in.ep,
+                            s.workload.sequence_length, s.seed);
   };
   switch (s.trace_mix) {
     case TraceMix::kOne:
-      return make_source(s, open(s.trace), in.ep);
+      return source_of(s.trace);
     case TraceMix::kPhases: {
       std::vector<SourcePhase> phases;
-      for (const TracePart& p : s.trace_parts) phases.push_back({make_source(s, open(p.path), in.ep), p.steps});
+      for (const TracePart& p : s.trace_parts) phases.push_back({source_of(p.path), p.steps});
       return make_phased_source(std::move(phases));
     }
     case TraceMix::kMix: {

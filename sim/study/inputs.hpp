@@ -14,6 +14,7 @@
 #include "sim/placement/placement.hpp"
 #include "sim/placement/routing_counts.hpp"
 #include "sim/study/study_file.hpp"
+#include "traces/load_trace.hpp"
 
 namespace moesim::sim {
 
@@ -47,10 +48,16 @@ std::string cached_sha256(const std::string& path);
 // against the architecture.
 Placement solve_on_routing(const Scenario& s, const VariantInputs& in, const RoutingCounts& routing);
 
-// The scenario's step source over its trace or traces (phases and mixes: docs/study-format.md),
-// with `readers` holding what it reads; null when the scenario replays no trace.
-std::unique_ptr<StepSource> make_scenario_source(const Scenario& s, const VariantInputs& in,
-                                                 std::vector<std::unique_ptr<traces::TraceReader>>& readers);
+// What a scenario's step source reads, held while it runs.
+struct SourceReaders {
+  std::vector<std::unique_ptr<traces::TraceReader>> traces;
+  std::vector<std::unique_ptr<traces::LoadTraceReader>> loads;  // load-only traces
+};
+
+// The scenario's step source over its trace or traces (phases and mixes: docs/study-format.md; a
+// load-only trace replays its counts, make_load_source), with `readers` holding what it reads; null
+// when the scenario replays no trace.
+std::unique_ptr<StepSource> make_scenario_source(const Scenario& s, const VariantInputs& in, SourceReaders& readers);
 
 std::unique_ptr<StepSource> make_source(const Scenario& s, traces::TraceReader& reader, int dp);
 

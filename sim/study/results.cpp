@@ -12,6 +12,7 @@
 #include "common/error.hpp"
 #include "common/files.hpp"
 #include "sim/engine/engine.hpp"
+#include "traces/load_trace.hpp"
 
 namespace moesim::sim {
 
@@ -274,7 +275,10 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
         {"tp", sc.tp},
         {"ep", sc.ep},
         {"mode", workload_mode_name(sc.workload.mode)},
-        {"routing", sc.balanced_routing ? "balanced" : sc.trace.empty() ? "none" : "trace"},
+        {"routing", sc.balanced_routing       ? "balanced"
+                    : sc.trace.empty()          ? "none"
+                    : sc.trace_mix == TraceMix::kOne && traces::is_load_trace(sc.trace) ? "counts"
+                                                                                         : "trace"},
         {"placement", placement_label(sc)},
         {"overlap", overlap_policy_name(sc.overlap.policy)},
         {"chunks", sc.overlap.chunks},
@@ -339,6 +343,7 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
                                                                         : nlohmann::json(nullptr);
       };
       events.push_back({{"step", e.step},
+                        {"measured_step", m_step},
                         {"experts_moved", e.experts_moved},
                         {"bytes", e.bytes},
                         {"seconds", e.seconds},
@@ -388,6 +393,15 @@ VariantResult variant_result_from_json(const nlohmann::json& j, const std::strin
     v.summary.experts_moved = get("experts_moved");
     v.summary.moved_bytes = get("moved_bytes");
     v.summary.migration_seconds = get("migration_s");
+    // The table shows the migration columns for a variant that rebalances.
+    RebalanceOptions& o = v.scenario.placement.rebalance;
+    o.every_steps = static_cast<int>(get("every_steps"));
+    o.window_steps = static_cast<int>(get("window_steps"));
+    if (rb.contains("migration") && rb.at("migration").is_string()) {
+      const std::string m = rb.at("migration").get<std::string>();
+      for (const auto& [mode, name] : kMigrationModes)
+        if (m == name) o.migration = mode;
+    }
   }
   const auto& repeated = r.at(j, "trace_repeated", "variant.");
   if (!repeated.is_boolean()) r.fail("expected true or false at variant.trace_repeated");

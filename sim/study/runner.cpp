@@ -51,7 +51,7 @@ EngineOptions engine_options(const Scenario& s, const TimelinePlan& plan) {
 std::function<SimResult()> timeline_job(const Scenario& s, const VariantInputs& in, EngineOptions options,
                                         const bool& ahead) {
   return [&s, &in, options = std::move(options), &ahead]() mutable {
-    std::vector<std::unique_ptr<traces::TraceReader>> readers;
+    SourceReaders readers;
     std::unique_ptr<StepSource> source = make_scenario_source(s, in, readers);
     EngineInput ei;
     ei.arch = &in.arch;

@@ -19,6 +19,7 @@
 #include "models/config_header.hpp"
 #include "sim/placement/placement.hpp"
 #include "sim/placement/policy.hpp"
+#include "traces/load_trace.hpp"
 #include "traces/trace.hpp"
 
 namespace moesim::sim {
@@ -236,8 +237,10 @@ void parse_parallelism(const YamlNode& node, const models::Cluster& cluster, Sce
 std::string checked_trace(const YamlNode& node, const models::Architecture& arch, const fs::path& dir, Loaded& loaded) {
   if (!node.is_scalar()) node.fail_expected("a trace file path");
   const std::string path = existing_file(node, dir).string();
-  const traces::TraceShape& shape =
-      load_once(loaded.traces, path, node, [](const std::string& p) { return traces::open_trace(p)->meta().shape; });
+  // A routing trace, or a load-only trace (its counts replayed, make_load_source).
+  const traces::TraceShape& shape = load_once(loaded.traces, path, node, [](const std::string& p) {
+    return traces::is_load_trace(p) ? traces::open_load_trace(p)->meta().shape : traces::open_trace(p)->meta().shape;
+  });
   if (const std::string mismatch = models::trace_shape_mismatch(shape, arch); !mismatch.empty()) node.fail(mismatch);
   return path;
 }
@@ -261,6 +264,9 @@ void parse_trace_parts(const YamlNode& node, const models::Architecture& arch, c
     item.allow_keys({"trace", phases ? "steps" : "weight"});
     TracePart part;
     part.path = checked_trace(item.at("trace"), arch, dir, loaded);
+    if (mix && traces::is_load_trace(part.path))
+      item.at("trace").fail("expected a per-token trace in trace.mix (a mix draws whole sequences), got a load-only "
+                            "trace, which has none; use it alone or as a phase");
     if (phases) {
       part.steps = as_int(item.at("steps"), 1, 1 << 24);
     } else {

@@ -24,7 +24,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr int kCharts = 6;
+constexpr int kCharts = 7;
 
 std::string chromium() {
   const char* env = std::getenv("MOESIM_CHROMIUM");
@@ -195,6 +195,7 @@ TEST_CASE("report: a real browser draws every chart of a MoE study from its data
   REQUIRE(variants == 3);
   CHECK(marks(dom, "latency") == 2 * variants);  // p50 and p99 bars
   CHECK(marks(dom, "cdf") == variants);          // one line per variant
+  CHECK(marks(dom, "steps") == variants);        // one line per variant, no rebalance to mark
   CHECK(marks(dom, "layers") == 2 * variants);   // token and all-to-all tail lines
   int timeline_bars = 0;
   for (const auto& r : rows)
@@ -230,9 +231,13 @@ TEST_CASE("report: a real browser draws every chart of a MoE study from its data
   const fs::path broken_page = artifacts_dir() / "report-broken.html";
   moesim::testing::write_text(broken_page, broken);
   const Dom bad = open_in_browser(broken_page);
-  CHECK(bad.body.at("data-rendered") == std::to_string(kCharts - 1));
-  CHECK(bad.charts.at("cdf").at("data-status") == "error");
-  CHECK(bad.charts.at("cdf").at("data-marks") == "0");
+  // The CDF and the steps over time both read the broken steps.
+  CHECK(bad.body.at("data-rendered") == std::to_string(kCharts - 2));
+  for (const char* id : {"cdf", "steps"}) {
+    INFO(id);
+    CHECK(bad.charts.at(id).at("data-status") == "error");
+    CHECK(bad.charts.at(id).at("data-marks") == "0");
+  }
   for (const char* id : {"latency", "layers", "heatmap", "pareto", "timelines"}) {
     INFO(id);
     CHECK(bad.charts.at(id).at("data-status") == "ok");

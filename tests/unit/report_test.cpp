@@ -126,8 +126,8 @@ TEST_CASE("report: a results folder becomes one page with its data, the results 
   CHECK(page.find("<link") == std::string::npos);
   CHECK(page.find(" src=") == std::string::npos);
   CHECK(page.find("@import") == std::string::npos);
-  CHECK(count(page, "data-chart=\"") == 6);
-  CHECK(page.find("data-charts=\"6\"") != std::string::npos);
+  CHECK(count(page, "data-chart=\"") == 7);
+  CHECK(page.find("data-charts=\"7\"") != std::string::npos);
 
   const json data = embedded_data(page);
   CHECK(data["description"] == description);

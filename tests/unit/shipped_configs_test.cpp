@@ -262,7 +262,7 @@ TEST_CASE("shipped configs: every study and paper study loads, with the paper tr
   moesim::traces::SyntheticParams q;
   q.shape = load_architecture("deepseek-v2-lite").trace_shape();
   q.tokens = 2048;
-  auto drift = moesim::traces::create_trace_writer((dir / "out" / "rebalance-traces" / "intent-drift.mtr").string(),
+  auto drift = moesim::traces::create_trace_writer((dir / "out" / "rebalance-traces" / "intent-shift.mtr").string(),
                                                    moesim::traces::synthetic_meta(q), moesim::traces::Encoding::kBinary,
                                                    false);
   moesim::traces::generate_synthetic(q, *drift);

@@ -646,3 +646,34 @@ TEST_CASE("generate: a malformed expert-count file is an input error naming the 
   REQUIRE(held.size() == 32);
   for (const auto& l : held) CHECK(l == std::vector<double>(8, 0.125));
 }
+
+TEST_CASE("fit: shift and drift relabel the experts of the same generated tokens, token by token") {
+  auto source = open_trace(shipped_trace());
+  const FittedModel model = fit_model(*source, {});
+  const std::uint64_t n = 3000;
+  const auto E = static_cast<std::uint64_t>(model.shape.num_experts);
+  auto generate = [&](double drift, int shift) {
+    MemoryTrace t;
+    auto w = write_memory_trace(t, fitted_meta(model, n, 4, drift, shift));
+    generate_fitted(model, n, 4, *w, drift, shift);
+    w->finish();
+    return t;
+  };
+  const MemoryTrace plain = generate(0.0, 0), shifted = generate(0.0, 32), drifted = generate(0.5, 5);
+  REQUIRE(shifted.tokens.size() == n);
+  REQUIRE(drifted.tokens.size() == n);
+  CHECK(shifted.tokens.sequence == plain.tokens.sequence);
+  CHECK(shifted.tokens.weights == plain.tokens.weights);
+  const std::size_t per = model.per_token();
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const auto by = 5 + static_cast<std::uint64_t>(std::floor(0.5 * static_cast<double>(E * i) / static_cast<double>(n)));
+    for (std::size_t j = 0; j < per; ++j) {
+      const std::uint64_t e = plain.tokens.experts[i * per + j];
+      CHECK(shifted.tokens.experts[i * per + j] == (e + 32) % E);
+      CHECK(drifted.tokens.experts[i * per + j] == (e + by) % E);
+    }
+  }
+  CHECK(fitted_meta(model, n, 4, 0.0, 32).source.find("shift 32") != std::string::npos);
+  CHECK_THROWS_AS(generate(0.0, static_cast<int>(E)), common::InputError);
+  CHECK_THROWS_AS(generate(1.5, 0), common::InputError);
+}

@@ -19,6 +19,7 @@
 #include "sim/placement/policy.hpp"
 #include "sim/placement/robust.hpp"
 #include "sim/placement/routing_counts.hpp"
+#include "traces/load_trace.hpp"
 #include "traces/trace.hpp"
 
 namespace moesim::cli {
@@ -75,21 +76,35 @@ std::vector<double> parse_weights(const po::variables_map& vm, std::size_t trace
   return weights;
 }
 
+// A trace's routing shape, and its routing counts when `count` (a per-token trace, or a load-only
+// count trace: its summed loads, no layer pairs).
+traces::TraceShape shape_and_counts(const std::string& file, bool count, sim::RoutingCounts& counts,
+                                    const std::string& sha256) {
+  if (traces::is_load_trace(file)) {
+    auto reader = traces::open_load_trace(file);
+    if (count) counts = sim::count_load_routing(*reader, sha256);
+    return reader->meta().shape;
+  }
+  auto reader = traces::open_trace(file);
+  if (count) counts = sim::count_routing(*reader, sha256);
+  return reader->meta().shape;
+}
+
 // The traces of a robust placement, each checked against the architecture (the error names the file);
 // routing is counted only for a policy that reads it.
 std::vector<sim::RobustTrace> robust_traces(const std::vector<std::string>& files, const std::vector<double>& weights,
                                             const models::Architecture& arch, bool needs_routing) {
   std::vector<sim::RobustTrace> traces;
   for (std::size_t i = 0; i < files.size(); ++i) {
-    auto reader = traces::open_trace(files[i]);
-    if (const std::string mismatch = models::trace_shape_mismatch(reader->meta().shape, arch); !mismatch.empty())
-      throw common::InputError(files[i] + ": " + mismatch + " (--architecture " + arch.name + ")");
     sim::RobustTrace t;
     t.path = files[i];
     t.sha256 = common::sha256_file(files[i]);
     t.weight = weights[i];
+    const traces::TraceShape shape = shape_and_counts(files[i], false, t.counts, t.sha256);
+    if (const std::string mismatch = models::trace_shape_mismatch(shape, arch); !mismatch.empty())
+      throw common::InputError(files[i] + ": " + mismatch + " (--architecture " + arch.name + ")");
     if (needs_routing) {
-      t.counts = sim::count_routing(*reader, t.sha256);
+      shape_and_counts(files[i], true, t.counts, t.sha256);
       if (t.counts.tokens == 0) throw common::InputError(files[i] + ": the trace has no tokens to profile");
     }
     traces.push_back(std::move(t));
@@ -215,11 +230,12 @@ int run_place(const Args& args, Context& ctx) {
     sim::RoutingCounts routing;
     const bool with_routing = !trace_files.empty();
     if (with_routing) {
-      auto reader = traces::open_trace(trace_files.front());
-      const std::string mismatch = models::trace_shape_mismatch(reader->meta().shape, arch);
+      const std::string& file = trace_files.front();
+      const traces::TraceShape shape = shape_and_counts(file, false, routing, "");
+      const std::string mismatch = models::trace_shape_mismatch(shape, arch);
       if (policy->needs_routing() && !mismatch.empty())
-        throw common::InputError(trace_files.front() + ": " + mismatch + " (--architecture " + arch.name + ")");
-      routing = sim::count_routing(*reader, common::sha256_file(trace_files.front()));
+        throw common::InputError(file + ": " + mismatch + " (--architecture " + arch.name + ")");
+      shape_and_counts(file, true, routing, common::sha256_file(file));
     }
     const sim::PlacementInput input{
         arch, cluster, ep, tp, with_routing && policy->needs_routing() ? &routing : nullptr, options};

@@ -320,7 +320,7 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
       parts.push_back(std::move(x));
     }
     j["inputs"][sc.trace_mix == TraceMix::kPhases ? "trace_phases" : "trace_mix"] = std::move(parts);
-    if (sc.trace_mix == TraceMix::kPhases) j["phases"] = phase_summary(sc, v.timelines.front());
+    if (sc.trace_mix == TraceMix::kPhases) j["phases"] = v.phases;
   }
   if (const RebalanceOptions& rb = sc.placement.rebalance; rb.every_steps > 0) {
     const VariantSummary& m = v.summary;
@@ -403,6 +403,7 @@ VariantResult variant_result_from_json(const nlohmann::json& j, const std::strin
         if (m == name) o.migration = mode;
     }
   }
+  if (j.contains("phases") && j.at("phases").is_array()) v.phases = j.at("phases");
   const auto& repeated = r.at(j, "trace_repeated", "variant.");
   if (!repeated.is_boolean()) r.fail("expected true or false at variant.trace_repeated");
   SimResult first;
@@ -471,9 +472,13 @@ std::string results_table(const std::vector<VariantResult>& results, const std::
   const auto columns = table_columns();
   char cell[128];
   std::string head = "variant", units;
-  std::snprintf(cell, sizeof cell, "%-30s", "variant");
+  // The name column: 30 wide, or wider for longer names (" *" marks the baseline).
+  int name_width = 30;
+  for (const auto& r : results) name_width = std::max(name_width, static_cast<int>(r.name.size()) + 3);
+  name_width = std::min(name_width, 100);
+  std::snprintf(cell, sizeof cell, "%-*s", name_width, "variant");
   head = cell;
-  std::snprintf(cell, sizeof cell, "%-30s", "");
+  std::snprintf(cell, sizeof cell, "%-*s", name_width, "");
   units = cell;
   for (const MetricColumn* c : columns) {
     std::snprintf(cell, sizeof cell, " %*s", c->width, std::string(c->label).c_str());
@@ -493,7 +498,7 @@ std::string results_table(const std::vector<VariantResult>& results, const std::
   }
   out << head << " " << std::setw(8) << "vs base" << "\n" << units << " " << std::setw(8) << "p99" << "\n";
   for (const auto& r : results) {
-    std::snprintf(cell, sizeof cell, "%-30s", (r.name + (r.name == baseline ? " *" : "")).c_str());
+    std::snprintf(cell, sizeof cell, "%-*s", name_width, (r.name + (r.name == baseline ? " *" : "")).c_str());
     std::string line = cell;
     for (const MetricColumn* c : columns) {
       std::snprintf(cell, sizeof cell, " %*s", c->width, format_metric(*c, r.summary.*c->field).c_str());
@@ -516,6 +521,28 @@ std::string results_table(const std::vector<VariantResult>& results, const std::
     out << line << cell << "\n";
   }
   out << "(* baseline; a2a and token tails: mean over MoE layers of the slowest GPU per layer)\n";
+  // Phased workloads: each phase's step latencies apart (results.json: "phases").
+  const bool phased = std::any_of(results.begin(), results.end(), [](const VariantResult& r) { return !r.phases.empty(); });
+  if (phased) {
+    out << "Per phase, p50 / p99 ms of the measured steps in it:\n";
+    for (const auto& r : results) {
+      if (r.phases.empty()) continue;
+      std::snprintf(cell, sizeof cell, "%-*s", name_width, r.name.c_str());
+      std::string line = cell;
+      for (const auto& p : r.phases) {
+        auto ms = [](const nlohmann::json& x) {
+          char text[32];
+          if (!x.is_number()) return std::string("n/a");
+          std::snprintf(text, sizeof text, "%.3f", x.get<double>() * 1e3);
+          return std::string(text);
+        };
+        std::snprintf(cell, sizeof cell, "  %d %s: %s / %s", p.value("phase", 0), p.value("trace", std::string()).c_str(),
+                      ms(p.value("p50_s", nlohmann::json())).c_str(), ms(p.value("p99_s", nlohmann::json())).c_str());
+        line += cell;
+      }
+      out << line << "\n";
+    }
+  }
   return out.str();
 }
 

@@ -58,6 +58,7 @@ struct VariantResult {
   nlohmann::json auto_decisions = nlohmann::json::array();
   std::vector<SimResult> timelines;  // the requested one first
   VariantSummary summary;
+  nlohmann::json phases = nlohmann::json::array();  // phase_summary of the requested timeline (trace.phases)
   nlohmann::json inputs;  // input hashes
 };
 

@@ -242,6 +242,7 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
     for (const auto& p : plans) progress(variant.name + ": " + p.label);
   out.summary = summarise(out.timelines, s.workload.mode);
   if (s.placement.rebalance.every_steps > 0) summarise_rebalances(out.timelines.front(), out.summary);
+  out.phases = phase_summary(s, out.timelines.front());
   return out;
 }
 

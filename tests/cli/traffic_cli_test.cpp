@@ -107,3 +107,18 @@ TEST_CASE("cli traffic: a study replays a load-only count trace, the placement s
   CHECK(m.exit_code == 2);
   CHECK(m.err.find("base.trace.mix[0].trace: expected a per-token trace") != std::string::npos);
 }
+
+TEST_CASE("cli traffic: moesim place solves on a load-only count trace") {
+  TempDir dir;
+  const std::string mlt = (test_data_dir() / "traces" / "load_dsv2_lite.mlt").string();
+  const auto r = run_moesim({"place", "--trace", mlt, "--architecture", "deepseek-v2-lite", "--cluster", "h100-sxm-8gpu",
+                             "--policy", "eplb", "--replicas", "8", "-o", (dir / "p.yaml").string()});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const std::string placement = read_text(dir / "p.yaml");
+  CHECK(placement.find("policy: eplb") != std::string::npos);
+  // The wrong architecture for the counts: refused, naming the file.
+  const auto bad = run_moesim({"place", "--trace", mlt, "--architecture", "mixtral-8x7b", "--cluster", "h100-sxm-8gpu",
+                               "--policy", "eplb", "-o", (dir / "q.yaml").string()});
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find(mlt + ": expected a trace of mixtral-8x7b") != std::string::npos);
+}

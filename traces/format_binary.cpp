@@ -30,24 +30,6 @@ namespace {
 constexpr std::array<char, 4> kBlockTag = {'T', 'B', 'L', 'K'};
 constexpr std::array<char, 4> kTrailerTag = {'T', 'E', 'N', 'D'};
 
-void put_u32(unsigned char* p, std::uint32_t v) { std::memcpy(p, &v, 4); }
-void put_u64(unsigned char* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
-std::uint32_t get_u32(const unsigned char* p) {
-  std::uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-std::uint64_t get_u64(const unsigned char* p) {
-  std::uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-
-std::string hex32(std::uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%08x", v);
-  return buf;
-}
 
 std::uint32_t flags_for(const TraceMeta& meta) {
   std::uint32_t flags = 0;

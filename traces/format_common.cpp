@@ -3,12 +3,19 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <system_error>
 
 #include "common/error.hpp"
 #include "common/strings.hpp"
 
 namespace moesim::traces {
+
+std::string hex32(std::uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08x", v);
+  return buf;
+}
 
 namespace {
 

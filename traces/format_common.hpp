@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,22 @@
 #include "traces/trace.hpp"
 
 namespace moesim::traces {
+
+// Little-endian fields of the binary encodings (the .mtr and .mlt formats; both assert a
+// little-endian host), and a CRC or magic as "0x%08x" for messages.
+inline void put_u32(unsigned char* p, std::uint32_t v) { std::memcpy(p, &v, 4); }
+inline void put_u64(unsigned char* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
+inline std::uint32_t get_u32(const unsigned char* p) {
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline std::uint64_t get_u64(const unsigned char* p) {
+  std::uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+std::string hex32(std::uint32_t v);
 
 // Empty when `shape` is usable, else what is wrong ("top_k is 9, expected 1..8 (at most num_experts)").
 std::string shape_problem(const TraceShape& shape);

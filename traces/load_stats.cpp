@@ -57,27 +57,16 @@ LoadTraceStats compute_load_stats(LoadTraceReader& reader) {
     ls.layer = shape.layers[l];
     ls.loads.assign(loads.begin() + static_cast<std::ptrdiff_t>(l * experts),
                     loads.begin() + static_cast<std::ptrdiff_t>((l + 1) * experts));
-    std::uint64_t max_load = 0;
-    double entropy = 0.0, tv = 0.0;
-    for (std::size_t e = 0; e < experts; ++e) {
-      if (ls.loads[e] > max_load) {
-        max_load = ls.loads[e];
-        ls.hottest_expert = static_cast<int>(e);
-      }
-      const double p = static_cast<double>(ls.loads[e]) / total;
-      if (p > 0.0) entropy -= p * std::log2(p);
-      if (first_total > 0.0 && second_total > 0.0) {
-        const auto a = static_cast<double>(first_half[l * experts + e]);
-        tv += std::fabs(a / first_total - (static_cast<double>(ls.loads[e]) - a) / second_total);
-      }
-    }
-    ls.max_mean = static_cast<double>(max_load) / (total / static_cast<double>(experts));
-    ls.entropy_bits = entropy;
-    ls.entropy_normalized = experts > 1 ? entropy / std::log2(static_cast<double>(experts)) : 1.0;
-    ls.hottest_share = static_cast<double>(max_load) / total;
+    const LoadFigures f = load_figures(ls.loads, total);
+    ls.hottest_expert = f.hottest_expert;
+    ls.max_mean = f.max_mean;
+    ls.entropy_bits = f.entropy_bits;
+    ls.entropy_normalized = f.entropy_normalized;
+    ls.hottest_share = f.hottest_share;
     ls.step_max_mean_mean = step_sum[l] / static_cast<double>(s.iterations);
     ls.step_max_mean_max = step_max[l];
-    ls.drift_tv = tv / 2.0;
+    if (first_total > 0.0 && second_total > 0.0)
+      ls.drift_tv = drift_tv(first_half.data() + l * experts, ls.loads, first_total, second_total);
     if (l == 0 || ls.drift_tv > s.drift_tv_max) {
       s.drift_tv_max = ls.drift_tv;
       s.drift_tv_max_layer = ls.layer;

@@ -29,24 +29,6 @@ namespace {
 constexpr std::size_t kHeaderBytes = 40;
 constexpr std::size_t kMaxMetaBytes = std::size_t{1} << 24;
 
-void put_u32(unsigned char* p, std::uint32_t v) { std::memcpy(p, &v, 4); }
-void put_u64(unsigned char* p, std::uint64_t v) { std::memcpy(p, &v, 8); }
-std::uint32_t get_u32(const unsigned char* p) {
-  std::uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-std::uint64_t get_u64(const unsigned char* p) {
-  std::uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-
-std::string hex32(std::uint32_t v) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%08x", v);
-  return buf;
-}
 
 const std::vector<std::string>& load_meta_keys() {
   static const std::vector<std::string> keys = {"format_version", "architecture", "layers", "num_experts", "top_k",

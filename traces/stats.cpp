@@ -8,6 +8,33 @@
 
 namespace moesim::traces {
 
+LoadFigures load_figures(const std::vector<std::uint64_t>& loads, double total) {
+  LoadFigures f;
+  std::uint64_t max_load = 0;
+  for (std::size_t e = 0; e < loads.size(); ++e) {
+    if (loads[e] > max_load) {
+      max_load = loads[e];
+      f.hottest_expert = static_cast<int>(e);
+    }
+    const double p = static_cast<double>(loads[e]) / total;
+    if (p > 0.0) f.entropy_bits -= p * std::log2(p);
+  }
+  const auto experts = static_cast<double>(loads.size());
+  f.max_mean = static_cast<double>(max_load) / (total / experts);
+  f.entropy_normalized = loads.size() > 1 ? f.entropy_bits / std::log2(experts) : 1.0;
+  f.hottest_share = static_cast<double>(max_load) / total;
+  return f;
+}
+
+double drift_tv(const std::uint64_t* first, const std::vector<std::uint64_t>& loads, double first_total,
+                double second_total) {
+  double tv = 0.0;
+  for (std::size_t e = 0; e < loads.size(); ++e)
+    tv += std::fabs(static_cast<double>(first[e]) / first_total -
+                    static_cast<double>(loads[e] - first[e]) / second_total);
+  return tv / 2.0;
+}
+
 namespace {
 
 // Dense co-occurrence matrices up to this many bytes in all; beyond, hash maps (slower, but only for
@@ -156,7 +183,6 @@ TraceStats StatsAccumulator::finish() {
   s.tokens = seen_;
   s.first_half_tokens = half_;
   const auto experts = static_cast<std::size_t>(experts_);
-  const double log2_e = std::log2(static_cast<double>(experts_));
   const std::uint64_t second_half_tokens = seen_ - half_;
   std::vector<double> max_means;
   for (std::size_t l = 0; l < layers_; ++l) {
@@ -167,32 +193,16 @@ TraceStats StatsAccumulator::finish() {
                     loads_.begin() + static_cast<std::ptrdiff_t>((l + 1) * experts));
     const double total = static_cast<double>(seen_) * top_k_;
     if (total > 0.0) {
-      std::uint64_t max_load = 0;
-      double entropy = 0.0;
-      for (std::size_t e = 0; e < experts; ++e) {
-        if (ls.loads[e] > max_load) {
-          max_load = ls.loads[e];
-          ls.hottest_expert = static_cast<int>(e);
-        }
-        const double p = static_cast<double>(ls.loads[e]) / total;
-        if (p > 0.0) entropy -= p * std::log2(p);
-      }
-      ls.max_mean = static_cast<double>(max_load) / (total / static_cast<double>(experts));
-      ls.entropy_bits = entropy;
-      ls.entropy_normalized = experts_ > 1 ? entropy / log2_e : 1.0;
-      ls.hottest_share = static_cast<double>(max_load) / total;
+      const LoadFigures f = load_figures(ls.loads, total);
+      ls.hottest_expert = f.hottest_expert;
+      ls.max_mean = f.max_mean;
+      ls.entropy_bits = f.entropy_bits;
+      ls.entropy_normalized = f.entropy_normalized;
+      ls.hottest_share = f.hottest_share;
     }
-    if (half_ > 0 && second_half_tokens > 0) {
-      const double first_total = static_cast<double>(half_) * top_k_;
-      const double second_total = static_cast<double>(second_half_tokens) * top_k_;
-      double tv = 0.0;
-      for (std::size_t e = 0; e < experts; ++e) {
-        const std::uint64_t first = first_half_[l * experts + e];
-        const std::uint64_t second = ls.loads[e] - first;
-        tv += std::fabs(static_cast<double>(first) / first_total - static_cast<double>(second) / second_total);
-      }
-      ls.drift_tv = tv / 2.0;
-    }
+    if (half_ > 0 && second_half_tokens > 0)
+      ls.drift_tv = drift_tv(first_half_.data() + l * experts, ls.loads, static_cast<double>(half_) * top_k_,
+                             static_cast<double>(second_half_tokens) * top_k_);
     if (l == 0 || ls.drift_tv > s.drift_tv_max) {
       s.drift_tv_max = ls.drift_tv;
       s.drift_tv_max_layer = ls.layer;

@@ -37,6 +37,18 @@ struct LayerStats {
   double drift_tv = 0.0;             // first half vs second half, in [0, 1]
 };
 
+// One layer's load figures from its per-expert loads (top-k assignments; `total` of them, > 0): the
+// hottest expert and its share, max/mean and the entropy. Shared by routing and load-only statistics.
+struct LoadFigures {
+  int hottest_expert = 0;
+  double hottest_share = 0.0, max_mean = 0.0, entropy_bits = 0.0, entropy_normalized = 0.0;
+};
+LoadFigures load_figures(const std::vector<std::uint64_t>& loads, double total);
+// Total variation distance, in [0, 1], between the shares of a first part (`first[e]` of
+// `first_total` assignments) and of the rest (`loads[e] - first[e]` of `second_total`).
+double drift_tv(const std::uint64_t* first, const std::vector<std::uint64_t>& loads, double first_total,
+                double second_total);
+
 struct PairLift {
   std::size_t pair_index = 0;  // layer pair: MoE layer pair_index -> pair_index + 1 (list positions)
   int from_layer = 0;          // decoder-layer indices

@@ -52,9 +52,8 @@ std::pair<const LayerStats*, const LayerStats*> max_mean_extremes(const TraceSta
   return {lo, hi};
 }
 
-}  // namespace
-
-nlohmann::json stats_to_json(const TraceStats& s, const StatsReportInput& input) {
+// The head every stats document has: schema, kind, the tool's context and where the numbers come from.
+nlohmann::json stats_document() {
   nlohmann::json doc;
   doc["schema_version"] = kStatsSchemaVersion;
   doc["kind"] = "moesim trace stats";
@@ -64,6 +63,13 @@ nlohmann::json stats_to_json(const TraceStats& s, const StatsReportInput& input)
                     {"build_type", common::kBuildType},
                     {"date", utc_now()}};
   doc["provenance"] = kProvenance;
+  return doc;
+}
+
+}  // namespace
+
+nlohmann::json stats_to_json(const TraceStats& s, const StatsReportInput& input) {
+  nlohmann::json doc = stats_document();
   const auto& m = s.meta;
   doc["trace"] = {{"path", input.trace_path},
                   {"sha256", input.trace_sha256},
@@ -191,15 +197,7 @@ nlohmann::json summary_json(const Summary& s) {
 }  // namespace
 
 nlohmann::json load_stats_to_json(const LoadTraceStats& s, const StatsReportInput& input) {
-  nlohmann::json doc;
-  doc["schema_version"] = kStatsSchemaVersion;
-  doc["kind"] = "moesim trace stats";
-  doc["context"] = {{"tool", "moesim"},
-                    {"version", common::kVersion},
-                    {"git_revision", common::kGitRevision},
-                    {"build_type", common::kBuildType},
-                    {"date", utc_now()}};
-  doc["provenance"] = kProvenance;
+  nlohmann::json doc = stats_document();
   doc["load_only"] = true;
   doc["note"] = kNoAffinity;
   const auto& m = s.meta;

@@ -32,10 +32,8 @@ void count_token(RoutingCounts& c, const std::uint16_t* token, std::uint64_t ord
   }
 }
 
-}  // namespace
-
-RoutingCounts count_routing(traces::TraceReader& reader, const std::string& trace_sha256) {
-  const traces::TraceShape& shape = reader.meta().shape;
+// Counts of `shape` with every load and pair at zero.
+RoutingCounts zero_counts(const traces::TraceShape& shape, const std::string& trace_sha256) {
   RoutingCounts c;
   c.layers = shape.layers;
   c.num_experts = shape.num_experts;
@@ -43,9 +41,18 @@ RoutingCounts count_routing(traces::TraceReader& reader, const std::string& trac
   c.trace_sha256 = trace_sha256;
   const std::size_t layers = shape.layers.size();
   const auto experts = static_cast<std::size_t>(shape.num_experts);
-  const auto k = static_cast<std::size_t>(shape.top_k);
   c.load.assign(layers, std::vector<double>(experts, 0.0));
   c.next.assign(layers > 0 ? layers - 1 : 0, std::vector<double>(experts * experts, 0.0));
+  return c;
+}
+
+}  // namespace
+
+RoutingCounts count_routing(traces::TraceReader& reader, const std::string& trace_sha256) {
+  const traces::TraceShape& shape = reader.meta().shape;
+  RoutingCounts c = zero_counts(shape, trace_sha256);
+  const std::size_t layers = shape.layers.size();
+  const auto k = static_cast<std::size_t>(shape.top_k);
 
   reader.rewind();  // the counts describe the whole trace, whatever was read before
   traces::TokenBlock block;
@@ -111,16 +118,10 @@ RoutingCounts mix_routing(const std::vector<RoutingCounts>& counts, const std::v
 
 RoutingCounts count_load_routing(traces::LoadTraceReader& reader, const std::string& trace_sha256) {
   const traces::TraceShape& shape = reader.meta().shape;
-  RoutingCounts c;
-  c.layers = shape.layers;
-  c.num_experts = shape.num_experts;
-  c.top_k = shape.top_k;
-  c.trace_sha256 = trace_sha256;
+  // `next` left at zero: a load-only trace records no token's experts at two layers, so no pair counts.
+  RoutingCounts c = zero_counts(shape, trace_sha256);
   const std::size_t layers = shape.layers.size();
   const auto experts = static_cast<std::size_t>(shape.num_experts);
-  c.load.assign(layers, std::vector<double>(experts, 0.0));
-  // Left at zero: a load-only trace records no token's experts at two layers, so no pair counts.
-  c.next.assign(layers > 0 ? layers - 1 : 0, std::vector<double>(experts * experts, 0.0));
 
   reader.rewind();
   std::vector<std::uint32_t> counts;

@@ -52,7 +52,7 @@ struct Toy {
     workload.mode = sim::WorkloadMode::kPrefill;
     workload.tokens_per_step = 16384;
   }
-  sim::SimResult run(int every, sim::MigrationMode mode) const {
+  sim::SimResult run(int every, sim::MigrationMode mode, int first_step = 0, int end_step = -1) const {
     return sim::run_isolated([&] {
       auto reader = traces::read_memory_trace(trace);
       auto source = sim::make_prefill_source(*reader, 2, workload.tokens_per_step);
@@ -65,6 +65,8 @@ struct Toy {
       in.workload = &workload;
       in.steps = source.get();
       in.options.steps = 6;
+      in.options.first_step = first_step;
+      in.options.end_step = end_step;
       in.options.rebalance.every_steps = every;
       in.options.rebalance.migration = mode;
       in.resolve = [this](const sim::RoutingCounts& c) { return balance(arch, 2, c); };
@@ -111,6 +113,23 @@ TEST_CASE("rebalance: the moves are the changed holders, and their bytes are cop
   // Migration bytes are reported apart from the workload's traffic.
   const sim::SimResult free_run = toy.run(3, sim::MigrationMode::kFree);
   CHECK(r.traffic == free_run.traffic);
+}
+
+TEST_CASE("rebalance: step ranges make the same decisions as one engine (skipped steps are counted and solved)") {
+  const Toy toy;
+  for (const auto mode : {sim::MigrationMode::kBlocking, sim::MigrationMode::kBackground}) {
+    const sim::SimResult whole = toy.run(2, mode);
+    const sim::SimResult merged = sim::merge_step_ranges({toy.run(2, mode, 0, 3), toy.run(2, mode, 3, 6)});
+    REQUIRE(merged.step_latency.size() == whole.step_latency.size());
+    for (std::size_t i = 0; i < whole.step_latency.size(); ++i)
+      CHECK(merged.step_latency[i] == doctest::Approx(whole.step_latency[i]).epsilon(1e-9));
+    REQUIRE(merged.rebalances.size() == whole.rebalances.size());
+    for (std::size_t i = 0; i < whole.rebalances.size(); ++i) {
+      CHECK(merged.rebalances[i].step == whole.rebalances[i].step);
+      CHECK(merged.rebalances[i].experts_moved == whole.rebalances[i].experts_moved);
+      CHECK(merged.rebalances[i].seconds == doctest::Approx(whole.rebalances[i].seconds).epsilon(1e-9));
+    }
+  }
 }
 
 TEST_CASE("rebalance: blocking adds exactly the migration time to the step it stops") {

@@ -71,13 +71,17 @@ void validate_shape(const TraceShape& shape, std::string_view where) {
   if (!problem.empty()) throw common::InputError(std::string(where) + ": " + problem);
 }
 
+void shape_to_json(const TraceShape& shape, nlohmann::json& j) {
+  j["architecture"] = shape.architecture;
+  j["layers"] = shape.layers;
+  j["num_experts"] = shape.num_experts;
+  j["top_k"] = shape.top_k;
+}
+
 nlohmann::json meta_to_json(const TraceMeta& meta) {
   nlohmann::json j;
   j["format_version"] = kFormatVersion;
-  j["architecture"] = meta.shape.architecture;
-  j["layers"] = meta.shape.layers;
-  j["num_experts"] = meta.shape.num_experts;
-  j["top_k"] = meta.shape.top_k;
+  shape_to_json(meta.shape, j);
   j["has_weights"] = meta.has_weights;
   j["source"] = meta.source;
   return j;

@@ -42,6 +42,8 @@ void validate_shape(const TraceShape& shape, std::string_view where);
 // The metadata object stored in both encodings (FORMAT.md, "Metadata"); token and sequence counts
 // live elsewhere (binary trailer, text end line) since a streaming writer learns them last.
 nlohmann::json meta_to_json(const TraceMeta& meta);
+// A trace shape's fields in a header: architecture, layers, num_experts, top_k.
+void shape_to_json(const TraceShape& shape, nlohmann::json& j);
 // Parses and validates; errors are InputError "`where`: ...". Counts are left at zero.
 TraceMeta meta_from_json(const nlohmann::json& json, std::string_view where);
 

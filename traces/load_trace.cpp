@@ -39,10 +39,7 @@ const std::vector<std::string>& load_meta_keys() {
 nlohmann::json load_meta_to_json(const LoadTraceMeta& meta) {
   nlohmann::json j;
   j["format_version"] = kLoadFormatVersion;
-  j["architecture"] = meta.shape.architecture;
-  j["layers"] = meta.shape.layers;
-  j["num_experts"] = meta.shape.num_experts;
-  j["top_k"] = meta.shape.top_k;
+  shape_to_json(meta.shape, j);
   j["source"] = meta.source;
   return j;
 }

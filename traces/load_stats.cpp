@@ -57,12 +57,7 @@ LoadTraceStats compute_load_stats(LoadTraceReader& reader) {
     ls.layer = shape.layers[l];
     ls.loads.assign(loads.begin() + static_cast<std::ptrdiff_t>(l * experts),
                     loads.begin() + static_cast<std::ptrdiff_t>((l + 1) * experts));
-    const LoadFigures f = load_figures(ls.loads, total);
-    ls.hottest_expert = f.hottest_expert;
-    ls.max_mean = f.max_mean;
-    ls.entropy_bits = f.entropy_bits;
-    ls.entropy_normalized = f.entropy_normalized;
-    ls.hottest_share = f.hottest_share;
+    set_load_figures(ls, total);
     ls.step_max_mean_mean = step_sum[l] / static_cast<double>(s.iterations);
     ls.step_max_mean_max = step_max[l];
     if (first_total > 0.0 && second_total > 0.0)

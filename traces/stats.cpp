@@ -193,12 +193,7 @@ TraceStats StatsAccumulator::finish() {
                     loads_.begin() + static_cast<std::ptrdiff_t>((l + 1) * experts));
     const double total = static_cast<double>(seen_) * top_k_;
     if (total > 0.0) {
-      const LoadFigures f = load_figures(ls.loads, total);
-      ls.hottest_expert = f.hottest_expert;
-      ls.max_mean = f.max_mean;
-      ls.entropy_bits = f.entropy_bits;
-      ls.entropy_normalized = f.entropy_normalized;
-      ls.hottest_share = f.hottest_share;
+      set_load_figures(ls, total);
     }
     if (half_ > 0 && second_half_tokens > 0)
       ls.drift_tv = drift_tv(first_half_.data() + l * experts, ls.loads, static_cast<double>(half_) * top_k_,

@@ -44,6 +44,16 @@ struct LoadFigures {
   double hottest_share = 0.0, max_mean = 0.0, entropy_bits = 0.0, entropy_normalized = 0.0;
 };
 LoadFigures load_figures(const std::vector<std::uint64_t>& loads, double total);
+// Sets a layer's figures (LayerStats, LoadLayerStats) from its loads.
+template <typename Layer>
+void set_load_figures(Layer& layer, double total) {
+  const LoadFigures f = load_figures(layer.loads, total);
+  layer.hottest_expert = f.hottest_expert;
+  layer.max_mean = f.max_mean;
+  layer.entropy_bits = f.entropy_bits;
+  layer.entropy_normalized = f.entropy_normalized;
+  layer.hottest_share = f.hottest_share;
+}
 // Total variation distance, in [0, 1], between the shares of a first part (`first[e]` of
 // `first_total` assignments) and of the rest (`loads[e] - first[e]` of `second_total`).
 double drift_tv(const std::uint64_t* first, const std::vector<std::uint64_t>& loads, double first_total,

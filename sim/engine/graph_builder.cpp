@@ -138,6 +138,11 @@ std::optional<MigrationPlan> GraphBuilder::draw_inference_step() {
   return plan;
 }
 
+void GraphBuilder::finish_inference_step(std::optional<MigrationPlan> plan) {
+  // Background: the moved copies serve from the next step on.
+  if (plan && input_.options.rebalance.migration == MigrationMode::kBackground) use_placement(plan->placement);
+}
+
 std::uint32_t GraphBuilder::add_migration(StepGraph& g, std::uint32_t root) {
   if (!migration_) return root;
   const MigrationPlan& plan = *migration_;
@@ -1073,8 +1078,7 @@ void GraphBuilder::skip(int steps) {
     const WorkloadMode mode = input_.workload->mode;
     if (mode == WorkloadMode::kPrefill || mode == WorkloadMode::kDecode) {
       // The skipped steps' rebalances are decided as in a run that simulates them.
-      const auto plan = draw_inference_step();
-      if (plan && input_.options.rebalance.migration == MigrationMode::kBackground) use_placement(plan->placement);
+      finish_inference_step(draw_inference_step());
       continue;
     }
     ++step_;
@@ -1103,9 +1107,7 @@ void GraphBuilder::build_next(StepGraph& g) {
   } else {
     migration_ = draw_inference_step();
     build_inference_step(g, batch_);
-    // Background: the moved copies serve from the next step on.
-    if (migration_ && input_.options.rebalance.migration == MigrationMode::kBackground)
-      use_placement(migration_->placement);
+    finish_inference_step(std::move(migration_));
     migration_.reset();
     g.tokens = batch_.size();
   }

@@ -69,8 +69,9 @@ class GraphBuilder {
   void build_inference_step(StepGraph& g, const StepBatch& batch);
   // Draws the next inference step's batch, with online rebalancing's decisions around it: returns the
   // migration planned before this step (if any) and switches the routing placement as its mode says
-  // (blocking and free: before the step; background: after it, see finish_inference_step).
+  // (blocking and free: before the step; background: after it, finish_inference_step).
   std::optional<MigrationPlan> draw_inference_step();
+  void finish_inference_step(std::optional<MigrationPlan> plan);
   void use_placement(std::shared_ptr<const Placement> placement);
   // The moves of migration_ as transfers after `root` (docs/simulator.md, "Online rebalancing"):
   // returns the task the step's work starts after (blocking: the moves' end; else root).

@@ -397,11 +397,9 @@ VariantResult variant_result_from_json(const nlohmann::json& j, const std::strin
     RebalanceOptions& o = v.scenario.placement.rebalance;
     o.every_steps = static_cast<int>(get("every_steps"));
     o.window_steps = static_cast<int>(get("window_steps"));
-    if (rb.contains("migration") && rb.at("migration").is_string()) {
-      const std::string m = rb.at("migration").get<std::string>();
-      for (const auto& [mode, name] : kMigrationModes)
-        if (m == name) o.migration = mode;
-    }
+    if (rb.contains("migration") && rb.at("migration").is_string())
+      if (const auto mode = common::enum_from_name<MigrationMode>(kMigrationModes, rb.at("migration").get<std::string>()))
+        o.migration = *mode;
   }
   if (j.contains("phases") && j.at("phases").is_array()) v.phases = j.at("phases");
   const auto& repeated = r.at(j, "trace_repeated", "variant.");

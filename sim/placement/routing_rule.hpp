@@ -6,6 +6,10 @@
 //   Replica: a token routed to an expert with several copies uses the copy on its home rank, else a
 //   copy on its home rank's node (the (t mod n)-th of the n there, t the token's index in the trace
 //   stream), else the (t mod c)-th of all c copies, in the order the placement lists them.
+//   Residence (dispatch.mode residence, docs/simulator.md, "Residence dispatch"): a token starts a step
+//   on its home rank; after each MoE layer it lives on that layer's owner rank (owner_rank), and the
+//   next layer's dispatch starts there, with the replica rule above read with the residence rank in
+//   place of the home rank.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +42,23 @@ inline int replica_for(std::span<const int> holders, int home, std::uint64_t tok
       if (rank_node[static_cast<std::size_t>(r)] == home_node && pick-- == 0) return r;
   }
   return holders[token_index % holders.size()];
+}
+
+// The owner of a token after a MoE layer in residence mode: of the ranks that ran its top-k experts
+// (`expert_ranks`, the copies chosen, in the token's top-k order: highest gate weight first), the one
+// that ran the most of them; ties go to the rank of its highest-ranked expert among the tied. For top-1
+// this is its expert's rank. The other ranks send their partial outputs there (the combine).
+inline int owner_rank(std::span<const int> expert_ranks) {
+  int best = -1, best_count = 0;
+  for (std::size_t j = 0; j < expert_ranks.size(); ++j) {
+    int count = 0;
+    for (int r : expert_ranks) count += r == expert_ranks[j] ? 1 : 0;
+    if (count > best_count) {
+      best = expert_ranks[j];
+      best_count = count;
+    }
+  }
+  return best;
 }
 
 }  // namespace moesim::sim

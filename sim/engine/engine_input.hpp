@@ -23,7 +23,10 @@ struct RoutingCounts;
 class StepSource;
 
 enum class WorkloadMode { kPrefill, kDecode, kTraining, kSynthetic };
-enum class DispatchMode { kFlat, kHierarchical, kLowLatency };
+// kResidence: ExFlow's context-coherent dispatch (docs/simulator.md, "Residence dispatch"): a token
+// stays on the rank that ran its experts (routing_rule.hpp, owner_rank) and the next layer's attention
+// runs there; every GPU holds the context of every sequence, kept coherent by an all-gather.
+enum class DispatchMode { kFlat, kHierarchical, kLowLatency, kResidence };
 enum class GradientSync { kAllReduce, kFsdp };
 // How the network is simulated (docs/simulator.md, "Network fidelity"): kAuto lets the engine take
 // its faster paths (the aggregated uniform all-to-all where it is exact, else the fluid network);
@@ -44,8 +47,10 @@ inline constexpr std::array<common::EnumName<WorkloadMode>, 4> kWorkloadModes{
      {WorkloadMode::kDecode, "decode"},
      {WorkloadMode::kTraining, "training"},
      {WorkloadMode::kSynthetic, "synthetic"}}};
-inline constexpr std::array<common::EnumName<DispatchMode>, 3> kDispatchModes{
-    {{DispatchMode::kFlat, "flat"}, {DispatchMode::kHierarchical, "hierarchical"}, {DispatchMode::kLowLatency, "low_latency"}}};
+inline constexpr std::array<common::EnumName<DispatchMode>, 4> kDispatchModes{{{DispatchMode::kFlat, "flat"},
+                                                                               {DispatchMode::kHierarchical, "hierarchical"},
+                                                                               {DispatchMode::kLowLatency, "low_latency"},
+                                                                               {DispatchMode::kResidence, "residence"}}};
 inline constexpr std::array<common::EnumName<GradientSync>, 2> kGradientSyncs{
     {{GradientSync::kAllReduce, "all_reduce"}, {GradientSync::kFsdp, "fsdp"}}};
 

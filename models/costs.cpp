@@ -116,6 +116,18 @@ double dtype_bytes(Dtype dtype) {
   throw std::invalid_argument("unknown dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
+double kv_projection_width(const Architecture& arch, int tp) {
+  check_tp(tp);
+  const AttentionShape& a = arch.attention;
+  if (a.kind == "mla") return static_cast<double>(a.kv_lora_rank + a.qk_rope_head_dim);
+  return 2.0 * static_cast<double>(ceil_div(a.num_kv_heads, tp)) * a.head_dim;
+}
+
+double kv_bytes_per_token_layer(const Architecture& arch, int tp) {
+  const double elem = arch.dtype == Dtype::kFp8 ? 2.0 : dtype_bytes(arch.dtype);
+  return kv_projection_width(arch, tp) * elem;
+}
+
 double expert_weight_bytes(const Architecture& arch) {
   return static_cast<double>(arch.ffn_projections) * arch.hidden_size * static_cast<double>(arch.expert_ffn_size) *
          dtype_bytes(arch.dtype);

@@ -170,6 +170,13 @@ double dtype_bytes(Dtype dtype);  // bf16/fp16 2, fp8 1, fp32/tf32 4
 // The weights of one routed expert, bytes: its FFN projections (hidden x expert FFN each) in the
 // model's dtype; what an online rebalance moves per expert copy (block scales of fp8 left out).
 double expert_weight_bytes(const Architecture& arch);
+// The KV cache one token adds per decoder layer on one GPU of a TP group, bytes: MHA/GQA keys and
+// values of ceil(kv_heads / tp) heads (2 x heads x head_dim elements), MLA the compressed latent and
+// the rope key (kv_lora + rope elements, whole on every GPU of the group), in the dtype attention runs
+// in (FP8 models: BF16), as attention_time reads the cache.
+double kv_bytes_per_token_layer(const Architecture& arch, int tp);
+// The width of the projection that makes those keys and values from a hidden state (elements per GPU).
+double kv_projection_width(const Architecture& arch, int tp);
 // Bytes per hidden element of a token an expert-parallel dispatch sends for a model in `dtype`: FP8
 // models dispatch FP8 with one FP32 scale per 128 elements (1 + 4/128, as DeepSeek-V3 and DeepEP
 // do); others their dtype.

@@ -81,6 +81,18 @@ SimResult simulate(const EngineInput& in) {
                              in.profile->name +
                              " has no low_latency_kernels section: add one (docs/profile-format.md) or choose "
                              "dispatch.mode flat or hierarchical");
+  if (in.options.dispatch == DispatchMode::kResidence) {
+    const WorkloadMode mode = in.workload ? in.workload->mode : WorkloadMode::kSynthetic;
+    if (mode != WorkloadMode::kPrefill && mode != WorkloadMode::kDecode)
+      throw common::InputError("dispatch.mode residence keeps each token on the GPU of its experts between the layers "
+                               "of an inference step, and workload.mode is " + workload_mode_name(mode) +
+                               ": choose dispatch.mode flat, hierarchical or low_latency, or workload.mode prefill or "
+                               "decode");
+    if (in.options.micro_batches > 1)
+      throw common::InputError("dispatch.mode residence moves each token's attention to the GPU of its experts, which "
+                               "two-batch overlap (overlap.policy tbo) does not model: choose another overlap.policy "
+                               "or dispatch.mode");
+  }
   const ExecutorSetup setup = executor_setup(in);
   const int measured_steps = setup.total_steps - std::max(setup.first_step, in.options.warmup_steps);
   if (setup.first_step >= setup.total_steps || measured_steps <= 0)
@@ -114,10 +126,11 @@ SimResult simulate(const EngineInput& in) {
   // Port phases: asked for, or chosen by auto where they fit (docs/simulator.md, "Port phases").
   bool port_phases = false;
   if (in.options.fidelity == NetworkFidelity::kPorts) {
-    if (in.options.dispatch == DispatchMode::kHierarchical)
+    if (in.options.dispatch == DispatchMode::kHierarchical || in.options.dispatch == DispatchMode::kResidence)
       throw common::InputError("network.fidelity ports moves flat and low-latency all-to-alls as port phases, and "
-                               "dispatch.mode is hierarchical (its two hops keep their transfers): choose "
-                               "network.fidelity auto or fluid, or dispatch.mode flat or low_latency");
+                               "dispatch.mode is " + dispatch_mode_name(in.options.dispatch) +
+                               " (its transfers are kept): choose network.fidelity auto or fluid, or dispatch.mode "
+                               "flat or low_latency");
     if (!platform.port_phases_fit())
       throw common::InputError("network.fidelity ports needs a cluster whose routes are limited only at their ends (GPU "
                                "ports and NICs), and cluster " + in.cluster->name +
@@ -165,11 +178,12 @@ SimResult simulate(const EngineInput& in) {
 }
 
 bool auto_port_phases(DispatchMode dispatch, int ep_ranks) {
-  return dispatch != DispatchMode::kHierarchical && ep_ranks >= kAutoPortRanks;
+  return (dispatch == DispatchMode::kFlat || dispatch == DispatchMode::kLowLatency) && ep_ranks >= kAutoPortRanks;
 }
 
 double auto_network_tolerance(DispatchMode dispatch, int ep_ranks) {
-  const bool one_part = dispatch == DispatchMode::kFlat || dispatch == DispatchMode::kLowLatency;
+  const bool one_part = dispatch == DispatchMode::kFlat || dispatch == DispatchMode::kLowLatency ||
+                        dispatch == DispatchMode::kResidence;
   return one_part && ep_ranks >= kAutoEpochRanks ? kAutoEpochTolerance : 0.0;
 }
 

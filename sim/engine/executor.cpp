@@ -238,6 +238,9 @@ void Executor::end_step(double end) {
   if (measuring_) {
     result_.step_latency.push_back(latency);
     result_.tokens += current_->tokens;
+    result_.token_sends += current_->token_sends;
+    result_.token_layers += current_->token_layers;
+    result_.context_bytes = std::max(result_.context_bytes, current_->context_bytes);
     const std::size_t L = layers_.size();
     const int G = static_cast<int>(track_.size());
     for (std::size_t l = 0; l < L; ++l) {

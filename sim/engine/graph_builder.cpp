@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/error.hpp"
+#include "common/units.hpp"
 #include "sim/engine/collectives.hpp"
 #include "sim/placement/routing_rule.hpp"
 
@@ -94,6 +95,7 @@ GraphBuilder::GraphBuilder(const EngineInput& input, const LayerTable& layers, c
   a2a_one_node_ = input.ep * input.tp <= cluster_.gpus_per_node;
   a2a_floor_ = alltoall_floor(profile_, input.ep, a2a_one_node_);
   low_latency_ = input.options.dispatch == DispatchMode::kLowLatency;
+  residence_ = input.options.dispatch == DispatchMode::kResidence;
   // Low-latency kernels hold no SM while their data moves (DeepEP's receive hook), unless the study
   // says otherwise.
   dispatch_sms_ = static_cast<std::int16_t>(input.options.dispatch_sms >= 0 ? input.options.dispatch_sms
@@ -114,6 +116,18 @@ GraphBuilder::GraphBuilder(const EngineInput& input, const LayerTable& layers, c
     combine_forward_rate_ = profile_.normal.combine_forward_bandwidth;
   }
   if (input.placement) router_ = std::make_unique<LayerRouter>(*input.placement, rank_node_, arch_.num_experts, arch_.top_k);
+  if (residence_) {
+    // What a GPU holds besides the replicated context: every layer's own parameters, the embedding and
+    // the LM head, and the routed experts of its rank (the rank that holds the most).
+    for (int d = 0; d < arch_.num_layers; ++d) weight_bytes_ += layer_param_bytes(d);
+    weight_bytes_ += 2.0 * static_cast<double>(arch_.vocab_size) * arch_.hidden_size * dtype_bytes_ / input.tp;
+    std::vector<double> copies(static_cast<std::size_t>(input.ep), 0.0);
+    if (input.placement)
+      for (const auto& layer : input.placement->ranks)
+        for (const auto& holders : layer)
+          for (int r : holders) copies[static_cast<std::size_t>(r)] += 1.0;
+    weight_bytes_ += *std::max_element(copies.begin(), copies.end()) * models::expert_weight_bytes(arch_) / input.tp;
+  }
   const bool inference = input.workload && (input.workload->mode == WorkloadMode::kPrefill ||
                                             input.workload->mode == WorkloadMode::kDecode);
   if (input.options.rebalance.every_steps > 0 && input.placement && inference) {
@@ -329,11 +343,22 @@ void GraphBuilder::route_moe_layer(StepGraph& g, const StepBatch& batch, const s
   const LayerTokens tokens{layer_major(batch, L) + moe_index * batch.size() * k, batch.home, batch.token_index, chunk};
   router_->route(moe_index, tokens, chunks, moe_.counts);
   if (low_latency_) router_->count_pairs(moe_index, tokens, moe_.counts);
+  count_rank_tokens(g, C, slot);
+  // A token's hidden state goes out to each other rank of its experts, and their results come back.
+  const int ep = input_.ep;
+  for (std::size_t c = 0; c < C; ++c)
+    for (int h = 0; h < ep; ++h)
+      for (int r = 0; r < ep; ++r)
+        if (r != h) g.token_sends += 2 * static_cast<std::uint64_t>(moe_.counts.send(c, h, r));
+  g.token_layers += batch.size();
+}
+
+void GraphBuilder::count_rank_tokens(StepGraph& g, std::size_t chunks, int slot) const {
   const auto& counts = moe_.counts;
   const int ep = input_.ep, experts = arch_.num_experts;
   for (int r = 0; r < ep; ++r) {
     long total = 0;
-    for (std::size_t c = 0; c < C; ++c)
+    for (std::size_t c = 0; c < chunks; ++c)
       for (int e = 0; e < experts; ++e) total += counts.expert_tokens[c][static_cast<std::size_t>(r * experts + e)];
     g.rank_tokens[static_cast<std::size_t>(slot * ep + r)] += static_cast<double>(total);
   }
@@ -655,14 +680,14 @@ void GraphBuilder::add_combine(StepGraph& g, std::size_t c, int slot, Streams& s
       const int src = gpu_of(r, t);
       double op_bytes = 0.0;
       for (int h = 0; h < ep; ++h)
-        if (h != r) op_bytes += static_cast<double>(exchanged(counts, c, h, r)) * token_bytes;
+        if (h != r) op_bytes += static_cast<double>(returned(counts, c, h, r)) * token_bytes;
       if (op_bytes <= 0.0) continue;
       const TransferSizing sizing = phase_sizing(src, op_bytes, profile_.low_latency.combine_latency);
       auto [gate, op] = add_stream_op(g, src, m.compute_done[static_cast<std::size_t>(src)], Category::kCombine, slot, s);
       m.combine_op[static_cast<std::size_t>(src)] = op;
       const int sn = rank_node_[static_cast<std::size_t>(r)];
       for (int h = 0; h < ep; ++h) {
-        const long n = exchanged(counts, c, h, r);
+        const long n = returned(counts, c, h, r);
         if (h == r || n == 0) continue;
         const int home = gpu_of(h, t);
         const double bytes = static_cast<double>(n) * token_bytes;
@@ -939,10 +964,236 @@ void GraphBuilder::build_inference_step(StepGraph& g, const StepBatch& batch) {
   const auto start = add_migration(g, root);
   Streams s(static_cast<std::size_t>(gpus()), start);
   if (input_.options.micro_batches > 1) return build_two_batch_step(g, batch, s, start);
+  if (residence_) return build_residence_step(g, batch, s);
   const std::vector<long> home_tokens = tokens_per_home(batch, input_.ep);
   std::size_t li = 0;  // index of the next MoE layer in the trace / placement
   for (int d = 0; d < arch_.num_layers; ++d) build_layer(g, batch, d, li, home_tokens, s);
   add_head(g, head_rows(batch, home_tokens), s);
+  end_step(g, {&s.ready}, s, false);
+}
+
+// Residence dispatch (docs/simulator.md, "Residence dispatch").
+void GraphBuilder::map_tokens(const StepBatch& batch) {
+  const std::size_t T = batch.size(), ranks = batch.attention.size();
+  token_entry_.assign(T, 0);
+  token_position_.assign(T, 0);
+  token_head_.assign(T, 0);
+  std::vector<std::size_t> first(ranks, 0), entry(ranks, 0);
+  std::vector<long> used(ranks, 0);
+  std::size_t entries = 0;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    first[r] = entries;
+    entries += batch.attention[r].new_tokens.size();
+  }
+  for (std::size_t i = 0; i < T; ++i) {
+    const auto h = static_cast<std::size_t>(batch.home[i]);
+    const auto& a = batch.attention.at(h);
+    while (entry[h] < a.new_tokens.size() && used[h] >= a.new_tokens[entry[h]]) {
+      ++entry[h];
+      used[h] = 0;
+    }
+    if (entry[h] >= a.new_tokens.size())
+      throw common::RunError("a step holds more tokens of rank " + std::to_string(h) + " than its attention entries");
+    const std::size_t q = entry[h];
+    token_entry_[i] = first[h] + q;
+    token_position_[i] = a.context[q] + used[h];
+    const bool flagged = h < batch.logits.size() && !batch.logits[h].empty();
+    token_head_[i] = !flagged || (batch.logits[h][q] != 0 && used[h] + 1 == a.new_tokens[q]);
+    ++used[h];
+  }
+}
+
+std::vector<models::AttentionBatch> GraphBuilder::resident_attention(const StepBatch& batch, int ep) const {
+  bool home = true;
+  for (std::size_t i = 0; i < residence_rank_.size() && home; ++i) home = residence_rank_[i] == batch.home[i];
+  if (home) return batch.attention;
+  // Per rank, the entries in the order their tokens arrive; a sequence's tokens with positions P
+  // attend over sum(p + 1) pairs, which n new tokens after c cached positions match when
+  // n c + n (n + 1) / 2 = sum(p + 1).
+  std::vector<models::AttentionBatch> out(static_cast<std::size_t>(ep));
+  std::vector<std::vector<long>> pairs(static_cast<std::size_t>(ep));
+  std::vector<std::size_t> last(static_cast<std::size_t>(ep), static_cast<std::size_t>(-1));
+  for (std::size_t i = 0; i < residence_rank_.size(); ++i) {
+    const auto r = static_cast<std::size_t>(residence_rank_[i]);
+    if (last[r] != token_entry_[i]) {
+      last[r] = token_entry_[i];
+      out[r].new_tokens.push_back(0);
+      pairs[r].push_back(0);
+    }
+    ++out[r].new_tokens.back();
+    pairs[r].back() += token_position_[i] + 1;
+  }
+  for (std::size_t r = 0; r < out.size(); ++r)
+    for (std::size_t q = 0; q < out[r].new_tokens.size(); ++q) {
+      const long n = out[r].new_tokens[q];
+      out[r].context.push_back(std::max(0L, (pairs[r][q] - n * (n + 1) / 2) / n));
+    }
+  return out;
+}
+
+bool GraphBuilder::entries_split() const {
+  std::vector<int> rank_of(token_entry_.empty() ? 0 : *std::max_element(token_entry_.begin(), token_entry_.end()) + 1, -1);
+  for (std::size_t i = 0; i < residence_rank_.size(); ++i) {
+    int& r = rank_of[token_entry_[i]];
+    if (r >= 0 && r != residence_rank_[i]) return true;
+    r = residence_rank_[i];
+  }
+  return false;
+}
+
+// One ring all-gather per TP index over the EP ranks (each GPU of a rank's TP group gathers its share
+// from the same index of every other rank), that the GPUs' next work waits for.
+void GraphBuilder::add_coherence_gather(StepGraph& g, double bytes, int slot, Streams& s) {
+  if (input_.ep < 2 || bytes <= 0.0) return;
+  for (int t = 0; t < input_.tp; ++t) {
+    std::vector<int> group;
+    for (int r = 0; r < input_.ep; ++r) group.push_back(gpu_of(r, t));
+    const auto j = add_ring_collective(g, group, CollectiveOp::kAllGather, bytes, slot, s.ready, Category::kCoherence);
+    g.tasks[j].timeline = true;
+    g.tasks[j].gate = s.ready[static_cast<std::size_t>(group.front())];
+    for (int gpu : group) {
+      s.ready[static_cast<std::size_t>(gpu)] = j;
+      s.comm[static_cast<std::size_t>(gpu)] = j;
+    }
+  }
+}
+
+// After a layer's hidden-state gather each GPU makes the keys and values of the tokens it does not
+// hold, so that its cache stays whole.
+void GraphBuilder::add_kv_recompute(StepGraph& g, const std::vector<long>& resident, int slot, Streams& s) {
+  long total = 0;
+  for (long n : resident) total += n;
+  const double width = models::kv_projection_width(arch_, input_.tp);
+  for (int gpu = 0; gpu < gpus(); ++gpu) {
+    const double m = static_cast<double>(total - resident[static_cast<std::size_t>(gpu / input_.tp)]);
+    if (m <= 0.0) continue;
+    const models::ExpertWork w{models::gemm_time(profile_, arch_.dtype, m, width, arch_.hidden_size),
+                               models::gemm_flops(m, width, arch_.hidden_size),
+                               models::gemm_bytes(arch_.dtype, m, width, arch_.hidden_size)};
+    s.ready[static_cast<std::size_t>(gpu)] =
+        add_compute(g, gpu, Category::kAttention, slot, w, s, {s.ready[static_cast<std::size_t>(gpu)]});
+  }
+}
+
+// The shared experts of the tokens a rank owns after the layer run there, once their dispatch has
+// arrived (the owner is one of the ranks the token was sent to).
+void GraphBuilder::add_owner_shared_experts(StepGraph& g, std::size_t c, int slot, Streams& s) {
+  MoeScratch& m = moe_;
+  if (arch_.num_shared_experts == 0) return;
+  const int tp = input_.tp;
+  const long ffn = static_cast<long>(arch_.num_shared_experts) * arch_.shared_expert_ffn_size;
+  for (int gpu = 0; gpu < gpus(); ++gpu) {
+    const long tokens = owned_[c][static_cast<std::size_t>(gpu / tp)];
+    if (tokens == 0) continue;
+    const auto rows = static_cast<double>(tokens);
+    const models::ExpertWork w =
+        models::dense_ffn_time(profile_, arch_, tokens, ffn, tp) +
+        models::elementwise_time(profile_, models::activation_elementwise(arch_, rows, ffn, tp)) +
+        models::elementwise_time(profile_, models::moe_sum_elementwise(arch_, rows));
+    const auto arrived = g.add(Task{});
+    g.edge(m.attn_done[static_cast<std::size_t>(gpu)], arrived);
+    for (auto x : m.into[static_cast<std::size_t>(gpu)]) g.edge(x, arrived);
+    m.shared_done[static_cast<std::size_t>(gpu)] = add_compute(g, gpu, Category::kShared, slot, w, s, {arrived});
+  }
+}
+
+void GraphBuilder::build_residence_moe_layer(StepGraph& g, const StepBatch& batch, const std::vector<long>& resident,
+                                             std::size_t moe_index, int chunks, int slot, Streams& s) {
+  const auto k = static_cast<std::size_t>(arch_.top_k);
+  const std::size_t T = batch.size(), L = batch.experts.size() / std::max<std::size_t>(1, T * k);
+  const auto C = static_cast<std::size_t>(chunks);
+  token_chunks(residence_rank_, resident, chunks, residence_chunk_);
+  const LayerTokens tokens{layer_major(batch, L) + moe_index * T * k, residence_rank_, batch.token_index,
+                           residence_chunk_};
+  route_residence_layer(router_->placement(), rank_node_, moe_index, arch_.num_experts, arch_.top_k, tokens, chunks,
+                        moe_.counts, owner_);
+  count_rank_tokens(g, C, slot);
+  const int ep = input_.ep;
+  for (std::size_t c = 0; c < C; ++c)
+    for (int h = 0; h < ep; ++h)
+      for (int r = 0; r < ep; ++r)
+        if (r != h)
+          g.token_sends += static_cast<std::uint64_t>(moe_.counts.send(c, h, r) + moe_.counts.returned(c, h, r));
+  g.token_layers += T;
+  owned_.assign(C, std::vector<long>(static_cast<std::size_t>(ep), 0));
+  for (std::size_t i = 0; i < T; ++i) ++owned_[residence_chunk_[i]][static_cast<std::size_t>(owner_[i])];
+
+  MoeScratch& m = moe_;
+  m.attn_done = s.ready;
+  m.shared_done = s.ready;
+  reset_lists(m.arrivals, static_cast<std::size_t>(gpus()));
+  for (std::size_t c = 0; c < C; ++c) {
+    add_dispatch(g, c, slot, s);
+    add_expert_compute(g, c, slot, s);
+    add_owner_shared_experts(g, c, slot, s);
+    add_combine(g, c, slot, s);
+  }
+  for (int gpu = 0; gpu < gpus(); ++gpu)
+    m.arrivals[static_cast<std::size_t>(gpu)].push_back(m.compute_done[static_cast<std::size_t>(gpu)]);
+  // The layer ends on a rank when the partial outputs of the tokens it owns are in and its own work done.
+  end_moe_layer(g, s.compute, s);
+  residence_rank_.swap(owner_);
+}
+
+void GraphBuilder::build_residence_step(StepGraph& g, const StepBatch& batch, Streams& s) {
+  const int ep = input_.ep;
+  map_tokens(batch);
+  residence_rank_.assign(batch.home.begin(), batch.home.end());
+  const double kv = models::kv_bytes_per_token_layer(arch_, input_.tp);
+  // Every GPU holds the whole context of every sequence of the batch, this step's tokens included.
+  double positions = 0.0;
+  for (const auto& a : batch.attention)
+    for (std::size_t q = 0; q < a.new_tokens.size(); ++q) positions += static_cast<double>(a.context[q] + a.new_tokens[q]);
+  g.context_bytes = positions * arch_.num_layers * kv;
+  if (g.context_bytes + weight_bytes_ > cluster_.gpu_memory) {
+    const bool decode = input_.workload->mode == WorkloadMode::kDecode;
+    throw common::InputError(
+        "dispatch.mode residence: every GPU holds the context of every sequence of the batch, and step " +
+        std::to_string(step_ - 1) + "'s is " + common::format_unit(g.context_bytes, common::UnitKind::kBytes) +
+        " of KV cache beside " + common::format_unit(weight_bytes_, common::UnitKind::kBytes) +
+        " of weights, more than the " + common::format_unit(cluster_.gpu_memory, common::UnitKind::kBytes) + " of a " +
+        cluster_.gpu_kind + " GPU of cluster " + cluster_.name + ": lower " +
+        (decode ? "workload.batch_sequences" : "workload.tokens_per_step") +
+        ", spread the experts over more GPUs, or choose dispatch.mode flat");
+  }
+  const auto T = static_cast<double>(batch.size());
+  int kv_layers = 0;  // layers whose new keys and values still have to reach every GPU
+  std::size_t li = 0;
+  for (int d = 0; d < arch_.num_layers; ++d) {
+    std::vector<long> resident(static_cast<std::size_t>(ep), 0);
+    for (int r : residence_rank_) ++resident[static_cast<std::size_t>(r)];
+    // A sequence whose tokens of this step live on several ranks (prefill) needs all of them at this
+    // layer's attention: the hidden states at the layer's input are gathered first, and every GPU
+    // makes the keys and values of the ones it does not hold (which also keeps its cache whole).
+    if (entries_split()) {
+      add_coherence_gather(g, T * arch_.hidden_size * combine_bytes_ / input_.tp, d, s);
+      if (input_.tp > 1)
+        for (int r = 0; r < ep; ++r) {
+          const auto j = add_tp_collective(g, r, CollectiveOp::kAllGather, T * arch_.hidden_size * combine_bytes_, d,
+                                           s.ready);
+          for (int t = 0; t < input_.tp; ++t) s.ready[static_cast<std::size_t>(gpu_of(r, t))] = j;
+        }
+      add_kv_recompute(g, resident, d, s);
+    } else {
+      ++kv_layers;
+    }
+    add_attention(g, resident_attention(batch, ep), resident, d, s);
+    const bool moe = li < arch_.moe_layers.size() && arch_.moe_layers[li] == d;
+    if (!moe) {
+      add_dense(g, resident, d, s);
+      continue;
+    }
+    const auto& chunks = input_.options.layer_chunks;
+    build_residence_moe_layer(g, batch, resident, li, chunks.empty() ? 1 : chunks[static_cast<std::size_t>(d)], d, s);
+    ++li;
+  }
+  // The LM head runs where each token is; the new tokens' keys and values of the layers not gathered
+  // yet, and each sampled token id (4 bytes), then reach every GPU: the sequence's owner among them.
+  std::vector<long> rows(static_cast<std::size_t>(ep), 0);
+  for (std::size_t i = 0; i < residence_rank_.size(); ++i)
+    if (token_head_[i]) ++rows[static_cast<std::size_t>(residence_rank_[i])];
+  add_head(g, rows, s);
+  add_coherence_gather(g, T * (kv_layers * kv + 4.0), -1, s);
   end_step(g, {&s.ready}, s, false);
 }
 

@@ -44,7 +44,9 @@ class GraphBuilder {
   // moves as one activity per GPU over its own ports out (Task::Side::kEgress) and one into each
   // receiving GPU (kIngress), instead of one transfer per GPU pair. Hierarchical phases keep their
   // transfers (`on` does nothing there). Set before the first step is built.
-  void set_port_phases(bool on) { port_phases_ = on && input_.options.dispatch != DispatchMode::kHierarchical; }
+  void set_port_phases(bool on) {
+    port_phases_ = on && input_.options.dispatch != DispatchMode::kHierarchical && !residence_;
+  }
 
  private:
   // Where each GPU's streams stand while a step is built: the task after which the GPU's data is
@@ -87,6 +89,24 @@ class GraphBuilder {
                 bool wait_compute);
   void build_training_step(StepGraph& g);
   void build_synthetic_step(StepGraph& g);
+  // Residence dispatch (docs/simulator.md, "Residence dispatch"): tokens start the step on their home
+  // rank and live, after each MoE layer, on its owner rank, where the next layer's attention runs.
+  void build_residence_step(StepGraph& g, const StepBatch& batch, Streams& s);
+  void build_residence_moe_layer(StepGraph& g, const StepBatch& batch, const std::vector<long>& resident,
+                                 std::size_t moe_index, int chunks, int slot, Streams& s);
+  // Each token's sequence entry (its home's attention entries in order), position and whether the
+  // LM head computes its logits.
+  void map_tokens(const StepBatch& batch);
+  // The attention of each rank's resident tokens: per sequence entry, the tokens it holds of it, with
+  // the context that gives them their causal pairs (exact for one token).
+  std::vector<models::AttentionBatch> resident_attention(const StepBatch& batch, int ep) const;
+  bool entries_split() const;  // some sequence's tokens of this step live on more than one rank
+  // The all-gather of the step's hidden states at a layer's input (every GPU then computes the keys
+  // and values of the tokens it does not hold), or of the new tokens' KV cache at the step's end.
+  void add_coherence_gather(StepGraph& g, double bytes_per_gpu_group, int slot, Streams& s);
+  void add_kv_recompute(StepGraph& g, const std::vector<long>& resident, int slot, Streams& s);
+  void add_owner_shared_experts(StepGraph& g, std::size_t c, int slot, Streams& s);
+  void count_rank_tokens(StepGraph& g, std::size_t chunks, int slot) const;
   // Attention and the dense FFN or MoE block of decoder layer d. `moe_index`: the layer's index
   // among the MoE layers when it is one, advanced past it.
   void build_layer(StepGraph& g, const StepBatch& batch, int d, std::size_t& moe_index,
@@ -171,7 +191,22 @@ class GraphBuilder {
   long exchanged(const LayerCounts& counts, std::size_t c, int h, int r) const {
     return low_latency_ ? counts.pair_send(c, h, r) : counts.send(c, h, r);
   }
+  // What rank r returns to rank h in chunk c's combine: what h sent it, or in residence mode the tokens
+  // whose owner h is.
+  long returned(const LayerCounts& counts, std::size_t c, int h, int r) const {
+    return residence_ ? counts.returned(c, r, h) : exchanged(counts, c, h, r);
+  }
   bool low_latency_ = false;     // dispatch.mode low_latency
+  bool residence_ = false;       // dispatch.mode residence
+  // Residence: per token of the step, the rank it lives on, its owner after the layer being built,
+  // its chunk, sequence entry, position and LM-head flag; per chunk and rank, the tokens it owns.
+  std::vector<int> residence_rank_, owner_;
+  std::vector<std::uint8_t> residence_chunk_;
+  std::vector<std::size_t> token_entry_;
+  std::vector<long> token_position_;
+  std::vector<char> token_head_;
+  std::vector<std::vector<long>> owned_;
+  double weight_bytes_ = 0.0;  // residence: the weights a GPU holds (the most of any GPU), bytes
   bool port_phases_ = false;
   std::int16_t dispatch_sms_ = -1;  // SMs a dispatch or combine transfer holds (Task::comm_sms)
   std::unique_ptr<LayerRouter> router_;

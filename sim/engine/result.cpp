@@ -67,6 +67,12 @@ nlohmann::json to_json(const SimResult& r) {
                        {"step_latency_s", e.step_latency}});
     out["rebalances"] = std::move(moves);
   }
+  // Only where tokens were routed (MoE inference and training), and the context where it is replicated.
+  if (r.token_layers > 0) {
+    out["token_sends"] = r.token_sends;
+    out["token_layers"] = r.token_layers;
+  }
+  if (r.context_bytes > 0.0) out["replicated_context_bytes"] = r.context_bytes;
   return out;
 }
 
@@ -108,6 +114,9 @@ SimResult sim_result_from_json(const nlohmann::json& j) {
   r.network_tolerance = j.value("network_tolerance", 0.0);
   r.trace_repeated = j.at("trace_repeated").get<bool>();
   r.wall_seconds = j.at("wall_s").get<double>();
+  r.token_sends = j.value("token_sends", std::uint64_t{0});
+  r.token_layers = j.value("token_layers", std::uint64_t{0});
+  r.context_bytes = j.value("replicated_context_bytes", 0.0);
   if (j.contains("rebalances"))
     for (const auto& e : j.at("rebalances"))
       r.rebalances.push_back({e.at("step").get<int>(), e.at("experts_moved").get<int>(), e.at("bytes").get<double>(),
@@ -116,7 +125,7 @@ SimResult sim_result_from_json(const nlohmann::json& j) {
 }
 
 const char* timeline_category_name(int category) {
-  if (category < 0 || category > static_cast<int>(Category::kMigration)) return "other";
+  if (category < 0 || category > static_cast<int>(Category::kCoherence)) return "other";
   return category_name(static_cast<Category>(category));
 }
 

@@ -87,6 +87,11 @@ struct SimResult {
   double wall_seconds = 0.0;
   std::vector<TimelineEvent> timeline;  // the first timeline_steps measured steps
   std::vector<RebalanceEvent> rebalances;  // in measured steps, in step order
+  // Measured steps: token sends (dispatch and combine, StepGraph::token_sends) and the (token, MoE
+  // layer) pairs routed; residence dispatch: the largest replicated context a GPU held, bytes.
+  std::uint64_t token_sends = 0;
+  std::uint64_t token_layers = 0;
+  double context_bytes = 0.0;
 };
 
 // Everything but the timeline (which travels from the child as raw events and is written as its

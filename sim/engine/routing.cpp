@@ -274,4 +274,42 @@ void route_layer_reference(const Placement& placement, std::span<const int> rank
   }
 }
 
+void route_residence_layer(const Placement& placement, std::span<const int> rank_node, std::size_t layer, int experts,
+                           int top_k, const LayerTokens& tokens, int chunks, LayerCounts& out, std::vector<int>& owner) {
+  const int ep = static_cast<int>(rank_node.size());
+  int nodes = 0;
+  for (int n : rank_node) nodes = std::max(nodes, n + 1);
+  out.reset(ep, experts, nodes, chunks);
+  reset_counts(out.returns, static_cast<std::size_t>(chunks), static_cast<std::size_t>(ep * ep));
+  owner.assign(tokens.home.size(), 0);
+  const auto k = static_cast<std::size_t>(top_k);
+  std::vector<int> ranks(k), dests;
+  std::vector<std::uint32_t> node_seen(static_cast<std::size_t>(nodes), 0);
+  for (std::size_t i = 0; i < tokens.home.size(); ++i) {
+    const int h = tokens.home[i];
+    const std::size_t c = tokens.chunk[i];
+    for (std::size_t j = 0; j < k; ++j) {
+      const std::uint16_t e = tokens.ids[i * k + j];
+      ranks[j] = replica_for(placement.ranks[layer][e], h, tokens.token_index[i], rank_node);
+      ++out.expert_tokens[c][static_cast<std::size_t>(ranks[j] * experts + e)];
+    }
+    dests.clear();
+    for (int r : ranks)
+      if (std::find(dests.begin(), dests.end(), r) == dests.end()) dests.push_back(r);
+    const int o = owner_rank(ranks);
+    owner[i] = o;
+    const int home_node = rank_node[static_cast<std::size_t>(h)];
+    const auto stamp = static_cast<std::uint32_t>(i + 1);
+    for (int r : dests) {
+      ++out.sends[c][static_cast<std::size_t>(h * ep + r)];
+      const int n = rank_node[static_cast<std::size_t>(r)];
+      if (n != home_node && node_seen[static_cast<std::size_t>(n)] != stamp) {
+        node_seen[static_cast<std::size_t>(n)] = stamp;
+        ++out.node_sends[c][static_cast<std::size_t>(h * nodes + n)];
+      }
+      if (r != o) ++out.returns[c][static_cast<std::size_t>(r * ep + o)];
+    }
+  }
+}
+
 }  // namespace moesim::sim

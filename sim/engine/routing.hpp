@@ -24,10 +24,14 @@ struct LayerCounts {
   // [c][h * ep + r]: (token, expert) pairs home rank h sends to rank r, one copy per expert (what
   // low-latency dispatch moves); filled only by LayerRouter::count_pairs, empty otherwise.
   std::vector<std::vector<long>> pair_sends;
+  // [c][r * ep + o]: tokens rank r returns to rank o in the combine when o is not their home
+  // (residence dispatch: to their owner rank); filled only by route_residence_layer.
+  std::vector<std::vector<long>> returns;
   void reset(int ep, int experts, int nodes, int chunks);
   long send(std::size_t c, int h, int r) const { return sends[c][static_cast<std::size_t>(h * ep + r)]; }
   long node_send(std::size_t c, int h, int n) const { return node_sends[c][static_cast<std::size_t>(h * nodes + n)]; }
   long pair_send(std::size_t c, int h, int r) const { return pair_sends[c][static_cast<std::size_t>(h * ep + r)]; }
+  long returned(std::size_t c, int r, int o) const { return returns[c][static_cast<std::size_t>(r * ep + o)]; }
 };
 
 // One layer's tokens: their expert ids [token][k] for this layer, homes, stream indices (for the
@@ -51,6 +55,7 @@ class LayerRouter {
   // After route() on the same tokens: fills out.pair_sends (each token once per expert it chose,
   // to the replica the routing rule picks).
   void count_pairs(std::size_t layer, const LayerTokens& tokens, LayerCounts& out) const;
+  const Placement& placement() const { return placement_; }
 
  private:
   static constexpr int kMaskRanks = 8;  // up to this many EP ranks, a token's destination set is counted whole
@@ -81,5 +86,14 @@ class LayerRouter {
 // The plain rule, token by token (what LayerRouter::route must equal).
 void route_layer_reference(const Placement& placement, std::span<const int> rank_node, std::size_t layer, int experts,
                            int top_k, const LayerTokens& tokens, int chunks, LayerCounts& out);
+
+// Residence dispatch (docs/simulator.md, "Residence dispatch"): each token starts the layer on its
+// residence rank (tokens.home) and goes once to every rank that holds one of its experts (the copy
+// replica_for picks, read with the residence rank as home), as route() counts; after the layer it
+// lives on its owner rank (owner_rank over the ranks that ran its experts), to which every other of
+// those ranks returns its partial output. Fills out's sends, expert_tokens, node_sends and returns
+// (out.returns[c][r * ep + o]), and `owner` (per token). Token by token: no kernel of route()'s.
+void route_residence_layer(const Placement& placement, std::span<const int> rank_node, std::size_t layer, int experts,
+                           int top_k, const LayerTokens& tokens, int chunks, LayerCounts& out, std::vector<int>& owner);
 
 }  // namespace moesim::sim

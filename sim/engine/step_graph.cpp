@@ -15,6 +15,9 @@ void StepGraph::clear() {
   moved_step = -1;
   moved_experts = 0;
   moved_bytes = 0.0;
+  token_sends = 0;
+  token_layers = 0;
+  context_bytes = 0.0;
 }
 
 void StepGraph::finalize() {

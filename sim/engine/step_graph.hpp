@@ -20,12 +20,12 @@ enum class TaskKind : std::uint8_t { kCompute, kTransfer, kJoin };
 // What a task is, for the timeline, the per-layer statistics and the contention lookup.
 enum class Category : std::uint8_t {
   kAttention, kDense, kShared, kExpert, kHead, kSynthetic, kDispatch, kCombine, kTpCollective, kGradient, kOther,
-  kMigration  // expert weights moved by an online rebalance
+  kMigration,  // expert weights moved by an online rebalance
+  kCoherence   // residence dispatch: the all-gathers that keep every GPU's context coherent
 };
-inline constexpr std::array<const char*, 12> kCategoryNames{"attention",      "dense_ffn", "shared_experts",
-                                                            "experts",        "lm_head",   "compute",
-                                                            "dispatch",       "combine",   "tp_collective",
-                                                            "dp_collective",  "other",     "migration"};
+inline constexpr std::array<const char*, 13> kCategoryNames{
+    "attention",     "dense_ffn", "shared_experts", "experts",   "lm_head",   "compute",  "dispatch",
+    "combine",       "tp_collective", "dp_collective", "other", "migration", "coherence"};
 inline const char* category_name(Category c) { return kCategoryNames[static_cast<std::size_t>(c)]; }
 
 struct Task {
@@ -91,6 +91,12 @@ struct StepGraph {
   int moved_step = -1;
   int moved_experts = 0;
   double moved_bytes = 0.0;
+  // Token sends (docs/simulator.md, "Residence dispatch"): a token's hidden state sent from one EP
+  // rank to another in a dispatch or a combine, once per destination rank; and the (token, MoE layer)
+  // pairs routed. Residence dispatch: the context every GPU holds replicated, bytes per GPU.
+  std::uint64_t token_sends = 0;
+  std::uint64_t token_layers = 0;
+  double context_bytes = 0.0;
 
   std::uint32_t add(const Task& t) {
     tasks.push_back(t);

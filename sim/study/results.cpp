@@ -322,6 +322,17 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
     j["inputs"][sc.trace_mix == TraceMix::kPhases ? "trace_phases" : "trace_mix"] = std::move(parts);
     if (sc.trace_mix == TraceMix::kPhases) j["phases"] = v.phases;
   }
+  if (std::isfinite(v.summary.sends_per_token_layer)) {
+    const VariantSummary& m = v.summary;
+    nlohmann::json x = {{"sends_per_token_layer", jnum(m.sends_per_token_layer)},
+                        {"intra_node_bytes", jnum(m.intra_node_bytes)},
+                        {"inter_node_bytes", jnum(m.inter_node_bytes)},
+                        {"source", "model: the trace's tokens routed through the placement (a send: a token's hidden "
+                                   "state to another EP rank, in a dispatch or a combine), bytes from the simulated "
+                                   "transfers of the measured steps"}};
+    if (std::isfinite(m.context_bytes)) x["replicated_context_bytes"] = jnum(m.context_bytes);
+    j["traffic"] = std::move(x);
+  }
   if (const RebalanceOptions& rb = sc.placement.rebalance; rb.every_steps > 0) {
     const VariantSummary& m = v.summary;
     nlohmann::json x = {{"every_steps", rb.every_steps},
@@ -386,6 +397,14 @@ VariantResult variant_result_from_json(const nlohmann::json& j, const std::strin
   if (j.contains("auto_decisions")) v.auto_decisions = j.at("auto_decisions");
   for (const auto& c : kMetricColumns)
     if (!c.json_path.empty()) v.summary.*c.field = r.column(c);
+  if (j.contains("traffic") && j.at("traffic").is_object()) {
+    const auto& tr = j.at("traffic");
+    auto get = [&](const char* k) { return tr.contains(k) && tr.at(k).is_number() ? tr.at(k).get<double>() : kNaN; };
+    v.summary.sends_per_token_layer = get("sends_per_token_layer");
+    v.summary.intra_node_bytes = get("intra_node_bytes");
+    v.summary.inter_node_bytes = get("inter_node_bytes");
+    v.summary.context_bytes = get("replicated_context_bytes");
+  }
   if (j.contains("rebalance") && j.at("rebalance").is_object()) {
     const auto& rb = j.at("rebalance");
     auto get = [&](const char* k) { return rb.contains(k) && rb.at(k).is_number() ? rb.at(k).get<double>() : kNaN; };

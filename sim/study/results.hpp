@@ -40,6 +40,12 @@ struct VariantSummary {
   // bytes and the seconds moving them took, summed; NaN without rebalancing. Not metric columns: the
   // variant's "rebalance" object holds them, and the console table shows them when a variant rebalances.
   double rebalances = kNoValue, experts_moved = kNoValue, moved_bytes = kNoValue, migration_seconds = kNoValue;
+  // Where the tokens went (requested timeline, measured steps; NaN where no token was routed): token
+  // sends per (token, MoE layer) (SimResult::token_sends), bytes between GPUs of one node and between
+  // nodes (the traffic matrix), and, for residence dispatch, the replicated context per GPU. Not metric
+  // columns: the variant's "traffic" object holds them.
+  double sends_per_token_layer = kNoValue, intra_node_bytes = kNoValue, inter_node_bytes = kNoValue,
+         context_bytes = kNoValue;
 };
 
 struct VariantResult {

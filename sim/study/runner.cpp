@@ -204,6 +204,17 @@ void summarise_rebalances(const SimResult& r, VariantSummary& sum) {
   }
 }
 
+void summarise_traffic(const SimResult& r, int gpus_per_node, VariantSummary& sum) {
+  if (r.token_layers == 0) return;
+  sum.sends_per_token_layer = static_cast<double>(r.token_sends) / static_cast<double>(r.token_layers);
+  sum.intra_node_bytes = sum.inter_node_bytes = 0.0;
+  const auto per_node = static_cast<std::size_t>(std::max(1, gpus_per_node));
+  for (std::size_t a = 0; a < r.traffic.size(); ++a)
+    for (std::size_t b = 0; b < r.traffic[a].size(); ++b)
+      if (a != b) (a / per_node == b / per_node ? sum.intra_node_bytes : sum.inter_node_bytes) += r.traffic[a][b];
+  if (r.context_bytes > 0.0) sum.context_bytes = r.context_bytes;
+}
+
 VariantResult run_variant(const Variant& variant, const std::function<void(const std::string&)>& progress,
                           const RunOptions& options) {
   const Scenario& s = variant.scenario;
@@ -242,6 +253,7 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
     for (const auto& p : plans) progress(variant.name + ": " + p.label);
   out.summary = summarise(out.timelines, s.workload.mode);
   if (s.placement.rebalance.every_steps > 0) summarise_rebalances(out.timelines.front(), out.summary);
+  summarise_traffic(out.timelines.front(), in.cluster.gpus_per_node, out.summary);
   out.phases = phase_summary(s, out.timelines.front());
   return out;
 }

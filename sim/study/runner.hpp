@@ -26,6 +26,8 @@ VariantResult run_variant(const Variant& variant, const std::function<void(const
 VariantSummary summarise(const std::vector<SimResult>& timelines, WorkloadMode mode);
 // Online rebalancing's totals over `r`'s measured steps into `sum` (VariantSummary::rebalances, ...).
 void summarise_rebalances(const SimResult& r, VariantSummary& sum);
+// The variant's "traffic" figures (VariantSummary::sends_per_token_layer ...), GPU g on node g / gpus_per_node.
+void summarise_traffic(const SimResult& r, int gpus_per_node, VariantSummary& sum);
 
 // CPUs this process may run on (its affinity mask: taskset, cpusets), else the hardware threads.
 int usable_cpus();

@@ -408,7 +408,20 @@ void parse_overlap(const YamlNode& ov, Scenario& s) {
 void parse_dispatch(const YamlNode& d, Scenario& s) {
   d.expect_map();
   d.allow_keys({"mode", "sms", "pieces"});
-  if (auto n = d.find("mode")) s.dispatch = n->as_enum<DispatchMode>(kDispatchModes);
+  if (auto n = d.find("mode")) {
+    s.dispatch = n->as_enum<DispatchMode>(kDispatchModes);
+    // Residence (docs/simulator.md, "Residence dispatch"): tokens stay with their experts between the
+    // layers of an inference step.
+    if (s.dispatch == DispatchMode::kResidence && s.workload.mode != WorkloadMode::kPrefill &&
+        s.workload.mode != WorkloadMode::kDecode)
+      n->fail("expected flat, hierarchical or low_latency for workload.mode " + workload_mode_name(s.workload.mode) +
+              " (residence keeps each token on the GPU of its experts between the layers of an inference step; "
+              "prefill and decode only), got residence");
+    if (s.dispatch == DispatchMode::kResidence && s.overlap.policy == OverlapPolicy::kTbo)
+      n->fail("expected flat, hierarchical or low_latency with overlap.policy tbo (two-batch overlap splits the step "
+              "by home rank, and residence moves each token's attention to its experts' GPU), got residence; "
+              "choose overlap.policy sequential, overlapped or ideal");
+  }
   if (auto n = d.find("sms")) {
     if (n->is_scalar() && n->as_string() == "default")
       s.dispatch_sms = -1;

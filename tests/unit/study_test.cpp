@@ -379,7 +379,7 @@ const std::vector<BadCase> kBadStudies = {
     {"bad_study_power_cap", "17:14",
      "base.power_cap: expected a power between 1 W and 100 kW with a unit (e.g. "
      "\"450W\"), or none, got \"450\""},
-    {"bad_study_dispatch", "18:11", "base.dispatch.mode: expected one of flat, hierarchical, low_latency, got \"tree\""},
+    {"bad_study_dispatch", "18:11", "base.dispatch.mode: expected one of flat, hierarchical, low_latency, residence, got \"tree\""},
     {"bad_study_simgrid", "17:13", "base.simgrid[0]: expected a SimGrid setting \"name:value\""},
 };
 

@@ -1045,6 +1045,7 @@ bool GraphBuilder::entries_split() const {
 // from the same index of every other rank), that the GPUs' next work waits for.
 void GraphBuilder::add_coherence_gather(StepGraph& g, double bytes, int slot, Streams& s) {
   if (input_.ep < 2 || bytes <= 0.0) return;
+  g.coherence_bytes += bytes * input_.tp;
   for (int t = 0; t < input_.tp; ++t) {
     std::vector<int> group;
     for (int r = 0; r < input_.ep; ++r) group.push_back(gpu_of(r, t));

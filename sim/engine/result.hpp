@@ -92,6 +92,9 @@ struct SimResult {
   std::uint64_t token_sends = 0;
   std::uint64_t token_layers = 0;
   double context_bytes = 0.0;
+  // Residence dispatch, measured steps: the size of the coherence all-gathers (each one's gathered
+  // bytes, summed over its TP-index groups).
+  double coherence_bytes = 0.0;
 };
 
 // Everything but the timeline (which travels from the child as raw events and is written as its

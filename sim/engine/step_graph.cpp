@@ -18,6 +18,7 @@ void StepGraph::clear() {
   token_sends = 0;
   token_layers = 0;
   context_bytes = 0.0;
+  coherence_bytes = 0.0;
 }
 
 void StepGraph::finalize() {

@@ -331,6 +331,7 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
                                    "state to another EP rank, in a dispatch or a combine), bytes from the simulated "
                                    "transfers of the measured steps"}};
     if (std::isfinite(m.context_bytes)) x["replicated_context_bytes"] = jnum(m.context_bytes);
+    if (std::isfinite(m.coherence_bytes_per_step)) x["coherence_bytes_per_step"] = jnum(m.coherence_bytes_per_step);
     j["traffic"] = std::move(x);
   }
   if (const RebalanceOptions& rb = sc.placement.rebalance; rb.every_steps > 0) {
@@ -404,6 +405,7 @@ VariantResult variant_result_from_json(const nlohmann::json& j, const std::strin
     v.summary.intra_node_bytes = get("intra_node_bytes");
     v.summary.inter_node_bytes = get("inter_node_bytes");
     v.summary.context_bytes = get("replicated_context_bytes");
+    v.summary.coherence_bytes_per_step = get("coherence_bytes_per_step");
   }
   if (j.contains("rebalance") && j.at("rebalance").is_object()) {
     const auto& rb = j.at("rebalance");

@@ -23,6 +23,9 @@ struct PlacementOptions {
   int groups = 0;           // expert groups (eplb; 0 = the architecture's routing groups)
   std::uint64_t seed = 1;   // random
   double time_limit = 0.0;  // s, 0 = use the deterministic work limit only
+  // Residence dispatch (routing_rule.hpp): a token's next layer starts from its owner rank, so the
+  // policies that weigh cross-layer pairs (moetuner's stage 2, exflow) read RoutingCounts::next_owner.
+  bool residence = false;
 };
 
 // The input of one solve; it refers to configs the caller owns for the duration of place().

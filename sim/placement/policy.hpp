@@ -72,8 +72,8 @@ class PlacementRegistry {
   std::vector<Entry> entries_;
 };
 
-// Registers contiguous, round_robin, random, greedy, eplb, moetuner, moetuner_equal and
-// moetuner_replicated, in that order (builtin_policies.cpp).
+// Registers contiguous, round_robin, random, greedy, eplb, moetuner, moetuner_equal,
+// moetuner_replicated and exflow, in that order (builtin_policies.cpp).
 void register_builtin_placements(PlacementRegistry& registry);
 PlacementRegistry default_placement_registry();
 

@@ -195,19 +195,27 @@ Placement ExflowPolicy::place(const PlacementInput& input) const {
 
   // Sweeps: each layer re-solved given both neighbours, kept only when strictly cheaper, so the
   // objective falls at every kept move and the loop ends; a sweep that keeps none is a fixed point.
+  // A layer whose neighbours have not moved since it was last solved would come out the same, so it
+  // is skipped (`stale`: a neighbour moved since).
   constexpr int kMaxSweeps = 50;
-  int sweeps = 0, kept = 0;
+  int sweeps = 0, kept = 0, solves = 0;
   bool converged = L < 2;
+  std::vector<char> stale(L, 1);
   while (!converged && sweeps < kMaxSweeps) {
     ++sweeps;
     int kept_now = 0;
     for (std::size_t l = 0; l < L; ++l) {
+      if (!stale[l]) continue;
+      stale[l] = 0;
+      ++solves;
       const std::vector<double> costs = layer_costs(rank, pairs, cost, l, E, G, true, true);
       const double current = layer_cost_of(costs, rank[l], G);
       auto [better, value] = solve_layer(costs, E, G);
       if (value < current - 1e-12 * std::max(1e-12, current)) {
         rank[l] = std::move(better);
         ++kept_now;
+        if (l > 0) stale[l - 1] = 1;
+        if (l + 1 < L) stale[l + 1] = 1;
       }
     }
     kept += kept_now;
@@ -234,6 +242,7 @@ Placement ExflowPolicy::place(const PlacementInput& input) const {
               {"contiguous_objective", contiguous},
               {"forward_pass_objective", forward},
               {"sweeps", sweeps},
+              {"layer_solves", solves},
               {"layer_solves_kept", kept},
               {"experts_per_rank", slots},
               {"cross_layer_pairs", input.options.residence ? "next_owner (residence dispatch)" : "next"},

@@ -74,8 +74,9 @@ const Pairs& affinity_pairs(const RoutingCounts& routing, bool residence) {
   for (std::size_t l = 0; sized && l < routing.next.size(); ++l)
     sized = routing.next_owner[l].size() == routing.next[l].size();
   if (!sized)
-    throw common::InputError("placement policy exflow: residence dispatch needs the owner pair counts "
-                             "(next_owner), which these routing counts lack");
+    throw common::InputError(
+        "placement policy exflow: residence dispatch needs the owner pair counts "
+        "(next_owner), which these routing counts lack");
   return routing.next_owner;
 }
 
@@ -237,8 +238,9 @@ Placement ExflowPolicy::place(const PlacementInput& input) const {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   p.report = {{"status", converged ? "converged" : "sweep_limit"},
               {"objective", objective},
-              {"objective_units", "s: sum over adjacent layers of cross-layer tokens x seconds per token between "
-                                  "their ranks"},
+              {"objective_units",
+               "s: sum over adjacent layers of cross-layer tokens x seconds per token between "
+               "their ranks"},
               {"contiguous_objective", contiguous},
               {"forward_pass_objective", forward},
               {"sweeps", sweeps},

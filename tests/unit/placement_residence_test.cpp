@@ -22,7 +22,9 @@ using namespace moesim;
 
 namespace {
 
-std::string shipped_trace() { return (testing::source_dir() / "traces/data/deepseek-v2-lite-intent.mtr").string(); }
+std::string shipped_trace() {
+  return (testing::source_dir() / "traces/data/deepseek-v2-lite-intent.mtr").string();
+}
 
 sim::RoutingCounts counts_of(const std::string& path) {
   auto reader = traces::open_trace(path);
@@ -54,7 +56,9 @@ sim::Placement single_copy(const std::vector<std::vector<int>>& rank, int ep, in
   return p;
 }
 
-int count_on(const sim::Placement& p, std::size_t l, int rank) { return static_cast<int>(p.experts_on(l, rank).size()); }
+int count_on(const sim::Placement& p, std::size_t l, int rank) {
+  return static_cast<int>(p.experts_on(l, rank).size());
+}
 
 }  // namespace
 
@@ -229,7 +233,7 @@ TEST_CASE("residence: evaluate counts dispatch from the residence rank and combi
   CHECK(r.bytes_off_node == doctest::Approx(3 * token_bytes));
   CHECK(r.pair_bytes[1][0] == doctest::Approx(2 * token_bytes));  // B's layer-0 dispatch and combine
   CHECK(r.pair_bytes[0][1] == doctest::Approx(token_bytes));      // B's layer-1 dispatch
-  CHECK(r.transfers == 6.0);  // 5 dispatch destinations and 1 combine
+  CHECK(r.transfers == 6.0);                                      // 5 dispatch destinations and 1 combine
   CHECK(r.share_off_gpu == doctest::Approx(3.0 / 6.0));
   CHECK(r.layer_max == std::vector<double>{3, 2});
   CHECK(r.to_json()["dispatch"] == "residence");

@@ -44,6 +44,15 @@ int parse_int_option(const po::variables_map& vm, const std::string& name, int l
   return static_cast<int>(v);
 }
 
+// --dispatch flat|residence (default flat): whether the placement serves residence dispatch
+// (sim/placement/routing_rule.hpp), where a token's next MoE layer starts from its owner rank.
+bool parse_residence(const po::variables_map& vm) {
+  if (!vm.count("dispatch")) return false;
+  const std::string text = vm["dispatch"].as<std::string>();
+  if (text == "flat" || text == "residence") return text == "residence";
+  throw common::UsageError("--dispatch: expected flat or residence, got " + common::quoted(text));
+}
+
 std::string policy_list(const sim::PlacementRegistry& registry) {
   std::ostringstream out;
   for (const auto& n : registry.names())
@@ -159,6 +168,11 @@ void print_report(std::ostream& out, const sim::Placement& p) {
         << s.value("seconds", 0.0) << " s, " << s.value("parts_optimal", 0) << "/" << s.value("parts", 0)
         << " parts proven optimal" << std::defaultfloat << "\n";
   }
+  if (p.report.contains("contiguous_objective"))  // exflow
+    out << "  exflow: " << p.report.value("status", "?") << ", objective " << std::setprecision(6)
+        << p.report.value("objective", 0.0) << " s (contiguous " << p.report.value("contiguous_objective", 0.0)
+        << " s), " << p.report.value("sweeps", 0) << " sweeps, " << std::fixed << std::setprecision(2)
+        << p.report.value("seconds", 0.0) << " s" << std::defaultfloat << "\n";
 }
 
 int run_place(const Args& args, Context& ctx) {
@@ -178,13 +192,16 @@ int run_place(const Args& args, Context& ctx) {
       "groups", po::value<std::string>(), "eplb: expert groups (default the architecture's routing groups)")(
       "seed", po::value<std::string>(), "random: the seed (default 1)")(
       "time-limit", po::value<std::string>(), "moetuner: wall-clock cap such as 60s (default: the work limit only)")(
+      "dispatch", po::value<std::string>(),
+      "flat (default) or residence: moetuner and exflow weigh the cross-layer pairs from a token's owner")(
       "output,o", po::value<std::string>()->required(), "the placement file to write")(
       "force", po::bool_switch(), "replace an existing output file");
   const sim::PlacementRegistry registry = sim::default_placement_registry();
   auto vm = parse_options(args, opts, po::positional_options_description(),
                           "moesim place --trace T [--trace T2 ... [--weight W --weight W2 ...] "
                           "[--objective expected|worst]] --architecture A --cluster C --policy P [--tp N] [--ep N] "
-                          "[--replicas N] [--groups G] [--time-limit 60s] -o placement.yaml",
+                          "[--replicas N] [--groups G] [--time-limit 60s] [--dispatch flat|residence] "
+                          "-o placement.yaml",
                           "Solves an expert placement and writes a placement file (docs/placement-format.md).\n"
                           "With several --trace, one placement for all of them: --objective expected solves on\n"
                           "their weighted mix, worst keeps the candidate with the least worst-trace max/mean\n"
@@ -205,6 +222,7 @@ int run_place(const Args& args, Context& ctx) {
   options.replicas = parse_int_option(*vm, "replicas", 0, 1 << 16, 0);
   options.groups = parse_int_option(*vm, "groups", 0, 1 << 16, 0);
   options.seed = static_cast<std::uint64_t>(parse_int_option(*vm, "seed", 0, 2147483647, 1));
+  options.residence = parse_residence(*vm);
   if (vm->count("time-limit")) {
     const std::string text = (*vm)["time-limit"].as<std::string>();
     const auto t = common::parse_unit(text, common::UnitKind::kTime);
@@ -259,13 +277,20 @@ void add_eval_options(po::options_description& opts) {
       "cluster", po::value<std::string>(), "override the placement file's cluster")(
       "steps", po::value<std::string>(), "simulated steps (default: the study's)")(
       "no-simulate", po::bool_switch(), "only the figures computed from the trace, no simulation")(
+      "dispatch", po::value<std::string>(),
+      "flat (default: from the home rank) or residence (from the owner rank; needs --no-simulate)")(
       "json", po::bool_switch(), "print JSON instead of the table");
 }
 
 // The held-out figures, and the simulated ones unless --no-simulate.
 sim::PlacementEvaluation evaluate(const sim::CheckedPlacement& checked, const po::variables_map& vm) {
   const std::string trace = vm["trace"].as<std::string>();
-  sim::PlacementEvaluation e = sim::evaluate_placement(checked, trace);
+  const bool residence = parse_residence(vm);
+  // The simulated figures would come from the study's dispatch, not the one evaluated here.
+  if (residence && !vm["no-simulate"].as<bool>())
+    throw common::UsageError("--dispatch residence: place evaluate scores residence dispatch from the trace only; "
+                             "add --no-simulate");
+  sim::PlacementEvaluation e = sim::evaluate_placement(checked, trace, residence);
   if (vm["no-simulate"].as<bool>()) return e;
   sim::PlacementSimOptions o;
   if (vm.count("study")) o.study = vm["study"].as<std::string>();
@@ -287,7 +312,8 @@ int run_evaluate(const Args& args, Context& ctx) {
   add_eval_options(opts);
   auto vm =
       parse_options(args, opts, po::positional_options_description(),
-                    "moesim place evaluate --placement F --trace HELD_OUT [--study S] [--json]",
+                    "moesim place evaluate --placement F --trace HELD_OUT [--study S] [--dispatch flat|residence] "
+                    "[--json]",
                     "Scores a placement on a trace it was not solved on: per-layer max/mean rank load, the share\n"
                     "of token dispatches leaving the GPU and the node, bytes per rank pair, the cross-layer\n"
                     "traffic objective, and, simulated, per-layer tail latency, step p50/p99 and energy.",
@@ -308,7 +334,8 @@ int run_compare(const Args& args, Context& ctx) {
                      "the placement files (two or more)");
   add_eval_options(opts);
   auto vm = parse_options(args, opts, po::positional_options_description(),
-                          "moesim place compare --placements F1 F2 ... --trace HELD_OUT [--study S] [--json]",
+                          "moesim place compare --placements F1 F2 ... --trace HELD_OUT [--study S] "
+                          "[--dispatch flat|residence] [--json]",
                           "Scores several placements on the same held-out trace, side by side.", ctx);
   if (!vm) return common::kExitOk;
   const auto files = (*vm)["placements"].as<std::vector<std::string>>();
@@ -321,7 +348,11 @@ int run_compare(const Args& args, Context& ctx) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& e : all) j.push_back(e.to_json());
     ctx.out
-        << nlohmann::json{{"schema_version", 1}, {"trace", (*vm)["trace"].as<std::string>()}, {"placements", j}}.dump(2)
+        << nlohmann::json{{"schema_version", 1},
+                          {"trace", (*vm)["trace"].as<std::string>()},
+                          {"dispatch", parse_residence(*vm) ? "residence" : "flat"},
+                          {"placements", j}}
+               .dump(2)
         << "\n";
   } else {
     ctx.out << sim::comparison_table(all);

@@ -8,6 +8,7 @@ void register_builtin_placements(PlacementRegistry& registry) {
   register_greedy_placement(registry);
   register_eplb_placement(registry);
   register_moetuner_placements(registry);
+  register_exflow_placement(registry);
 }
 
 PlacementRegistry default_placement_registry() {

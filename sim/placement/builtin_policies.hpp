@@ -12,5 +12,6 @@ void register_greedy_placement(PlacementRegistry& registry);     // greedy (gree
 void register_eplb_placement(PlacementRegistry& registry);       // eplb (eplb.cpp)
 // moetuner, moetuner_equal, moetuner_replicated (moetuner.cpp)
 void register_moetuner_placements(PlacementRegistry& registry);
+void register_exflow_placement(PlacementRegistry& registry);  // exflow (exflow.cpp)
 
 }  // namespace moesim::sim

@@ -117,6 +117,70 @@ Routed route_trace(const CheckedPlacement& c, traces::TraceReader& reader, const
   return out;
 }
 
+// The same under residence dispatch: a token starts the step on its home rank; at each layer its
+// copies are chosen from where it lives (replica_for with the residence rank as home), the token is
+// sent to every chosen rank but that one, and every chosen rank but the owner (owner_rank) sends its
+// partial output to the owner, where the token lives for the next layer. After the last MoE layer it
+// stays on its owner (the next step starts again from the home rank): no return is counted.
+Routed route_trace_residence(const CheckedPlacement& c, traces::TraceReader& reader, const std::vector<int>& node,
+                             PlacementEvaluation& e) {
+  const Placement& p = c.placement;
+  const auto& shape = reader.meta().shape;
+  const std::size_t L = shape.layers.size();
+  const auto k = static_cast<std::size_t>(shape.top_k);
+  const auto G = static_cast<std::size_t>(p.ep);
+  const double token_bytes = static_cast<double>(c.arch.hidden_size) * models::dtype_bytes(c.arch.dtype);
+  Routed out;
+  out.load.assign(L, std::vector<double>(G, 0.0));
+  e.pair_bytes.assign(G, std::vector<double>(G, 0.0));
+  std::uint64_t index = 0, ordinal = 0;
+  std::uint32_t last_seq = 0;
+  bool first = true;
+  traces::TokenBlock block;
+  std::vector<int> chosen, dests;
+  // One message from rank a to rank b (a != b): counted, and its bytes when it crosses nodes.
+  auto send = [&](int a, int b) {
+    out.off_gpu += 1.0;
+    e.pair_bytes[static_cast<std::size_t>(a)][static_cast<std::size_t>(b)] += token_bytes;
+    if (node[static_cast<std::size_t>(a)] == node[static_cast<std::size_t>(b)]) return;
+    out.off_node += 1.0;
+    e.bytes_off_node += token_bytes;
+  };
+  while (reader.next(block)) {
+    for (std::size_t t = 0; t < block.size(); ++t, ++index) {
+      if (!first && block.sequence[t] != last_seq) ++ordinal;
+      first = false;
+      last_seq = block.sequence[t];
+      int residence = home_rank(ordinal, p.ep);
+      for (std::size_t l = 0; l < L; ++l) {
+        chosen.clear();
+        dests.clear();
+        for (std::size_t j = 0; j < k; ++j) {
+          const int r = replica_for(p.ranks[l][block.experts[(t * L + l) * k + j]], residence, index, node);
+          chosen.push_back(r);  // top-k order, as owner_rank reads it
+          out.load[l][static_cast<std::size_t>(r)] += 1.0;
+          if (std::find(dests.begin(), dests.end(), r) == dests.end()) dests.push_back(r);
+        }
+        const int owner = owner_rank(chosen);
+        for (int r : dests) {
+          e.transfers += 1.0;
+          if (r != residence) send(residence, r);
+        }
+        for (int r : dests) {
+          if (r == owner) continue;
+          e.transfers += 1.0;
+          send(r, owner);
+        }
+        residence = owner;
+      }
+    }
+  }
+  e.tokens = index;
+  e.sends = out.off_gpu;
+  e.sends_off_node = out.off_node;
+  return out;
+}
+
 // Busiest rank over the mean, per layer and summarised.
 void load_figures(const std::vector<std::vector<double>>& load, std::size_t G, PlacementEvaluation& e) {
   const std::size_t L = load.size();
@@ -140,7 +204,9 @@ void cross_layer_figures(const CheckedPlacement& c, const std::string& trace, co
   const Placement& p = c.placement;
   const auto G = static_cast<std::size_t>(p.ep);
   auto again = traces::open_trace(trace);
-  const RoutingCounts counts = count_routing(*again, "");
+  const RoutingCounts counted = count_routing(*again, "");
+  // Residence: a token's hop to layer l+1 leaves from its layer-l owner, whose expert next_owner takes.
+  const RoutingCounts counts = e.residence ? with_owner_pairs(counted) : counted;
   e.traffic_objective = placement_traffic_objective(p, counts, c.arch, c.cluster);
   double hops = 0.0, hops_off = 0.0;
   for (std::size_t l = 0; l + 1 < p.ranks.size() && l < counts.next.size(); ++l) {
@@ -159,7 +225,7 @@ void analyse_trace(const CheckedPlacement& c, const std::string& trace, Placemen
   if (const std::string mismatch = models::trace_shape_mismatch(reader->meta().shape, c.arch); !mismatch.empty())
     throw InputError(trace + ": " + mismatch + " (the placement's architecture)");
   const std::vector<int> node = rank_nodes(c.cluster, p.ep, p.tp);
-  const Routed routed = route_trace(c, *reader, node, e);
+  const Routed routed = e.residence ? route_trace_residence(c, *reader, node, e) : route_trace(c, *reader, node, e);
   if (e.tokens == 0) throw InputError(trace + ": the trace has no tokens");
   e.share_off_gpu = e.transfers > 0 ? routed.off_gpu / e.transfers : 0.0;
   e.share_off_node = e.transfers > 0 ? routed.off_node / e.transfers : 0.0;
@@ -183,8 +249,9 @@ double mean_of(const std::vector<double>& v) {
 
 }  // namespace
 
-PlacementEvaluation evaluate_placement(const CheckedPlacement& c, const std::string& heldout_trace) {
+PlacementEvaluation evaluate_placement(const CheckedPlacement& c, const std::string& heldout_trace, bool residence) {
   PlacementEvaluation e;
+  e.residence = residence;
   e.label = fs::path(c.path).filename().string();
   e.policy = c.placement.policy;
   e.ep = c.placement.ep;
@@ -222,6 +289,7 @@ nlohmann::json PlacementEvaluation::to_json() const {
                       {"cluster", cluster},
                       {"ep", ep},
                       {"tp", tp},
+                      {"dispatch", residence ? "residence" : "flat"},
                       {"heldout_tokens", tokens},
                       {"mean_max_over_mean", mean_max_over_mean},
                       {"worst_max_over_mean", worst_max_over_mean},
@@ -235,6 +303,11 @@ nlohmann::json PlacementEvaluation::to_json() const {
                       {"experts_per_rank_max", experts_per_rank_max},
                       {"layers", layers_j},
                       {"solver_report", report}};
+  if (residence) {
+    j["sends"] = sends;
+    j["sends_off_node"] = sends_off_node;
+    j["bytes_off_node"] = bytes_off_node;
+  }
   if (simulated)
     j["simulated"] = {{"study", study},
                       {"step_p50_s", step_p50},
@@ -247,7 +320,8 @@ nlohmann::json PlacementEvaluation::to_json() const {
 std::string evaluation_table(const PlacementEvaluation& e) {
   std::ostringstream out;
   out << e.label << " (policy " << e.policy << ", " << e.architecture << " on " << e.cluster << ", ep " << e.ep
-      << ", tp " << e.tp << "), held-out " << e.tokens << " tokens\n";
+      << ", tp " << e.tp << "), held-out " << e.tokens << " tokens, " << (e.residence ? "residence" : "flat")
+      << " dispatch\n";
   out << pad("layer", 7) << pad("max load", 10) << pad("mean", 10) << pad("max/mean", 10);
   if (e.simulated) out << pad("token tail us", 15) << pad("a2a tail us", 13);
   out << "\n";
@@ -264,6 +338,10 @@ std::string evaluation_table(const PlacementEvaluation& e) {
       << fixed(100 * e.share_off_node, 1) << "%; cross-layer hops leaving the node "
       << fixed(100 * e.share_hops_off_node, 1) << "%; cross-layer traffic objective " << std::setprecision(4)
       << e.traffic_objective << " s\n";
+  if (e.residence)
+    out << "residence dispatch: " << fixed(e.sends, 0) << " sends (dispatch and combine), "
+        << fixed(e.sends_off_node, 0) << " between nodes, "
+        << common::format_unit(e.bytes_off_node, common::UnitKind::kBytes) << " between nodes\n";
   if (e.simulated)
     out << "simulated (" << e.study << " study): step p50 " << fixed(e.step_p50 * 1e3, 3) << " ms, p99 "
         << fixed(e.step_p99 * 1e3, 3) << " ms, energy " << fixed(e.energy_per_step, 2) << " J/step\n";
@@ -273,11 +351,13 @@ std::string evaluation_table(const PlacementEvaluation& e) {
 std::string comparison_table(const std::vector<PlacementEvaluation>& all) {
   std::ostringstream out;
   const bool sim = std::any_of(all.begin(), all.end(), [](const PlacementEvaluation& e) { return e.simulated; });
+  const bool residence = std::any_of(all.begin(), all.end(), [](const PlacementEvaluation& e) { return e.residence; });
   std::size_t w = 11;
   std::size_t pw = 16;  // moetuner_replicated is 19 characters
   for (const auto& e : all) w = std::max(w, e.label.size() + 2), pw = std::max(pw, e.policy.size() + 2);
   out << pad("placement", w) << pad("policy", pw) << pad("max/mean", 10) << pad("worst", 8) << pad("off GPU", 9)
       << pad("off node", 10) << pad("hops off", 10) << pad("traffic s", 11);
+  if (residence) out << pad("node sends", 12) << pad("node GB", 10);
   if (sim) out << pad("tail us", 9) << pad("p50 ms", 9) << pad("p99 ms", 9) << pad("J/step", 8);
   out << "\n";
   for (const auto& e : all) {
@@ -287,6 +367,7 @@ std::string comparison_table(const std::vector<PlacementEvaluation>& all) {
         << pad(fixed(e.worst_max_over_mean, 3), 8) << pad(fixed(100 * e.share_off_gpu, 1) + "%", 9)
         << pad(fixed(100 * e.share_off_node, 1) + "%", 10) << pad(fixed(100 * e.share_hops_off_node, 1) + "%", 10)
         << pad(obj.str(), 11);
+    if (residence) out << pad(fixed(e.sends_off_node, 0), 12) << pad(fixed(e.bytes_off_node / 1e9, 3), 10);
     if (e.simulated)
       out << pad(fixed(mean_of(e.layer_token_tail) * 1e6, 1), 9) << pad(fixed(e.step_p50 * 1e3, 3), 9)
           << pad(fixed(e.step_p99 * 1e3, 3), 9) << pad(fixed(e.energy_per_step, 2), 8);
@@ -297,7 +378,11 @@ std::string comparison_table(const std::vector<PlacementEvaluation>& all) {
          "layer-l expert to its layer-(l+1) expert) between nodes; traffic: the stage-2 objective on the held-out "
          "trace";
   if (sim) out << ";\ntail: per-layer token-processing tail, mean over layers (simulated)";
-  out << "\n";
+  if (residence)
+    out << ";\nresidence dispatch: off GPU/node are shares of dispatch and combine messages (from the rank the\n"
+           "token lives on, and to its new owner); node sends / GB: those messages between nodes and their bytes;\n"
+           "hops and traffic use the owner pairs";
+  out << "\n" << (residence ? "dispatch: residence\n" : "dispatch: flat\n");
   return out.str();
 }
 

@@ -1,7 +1,9 @@
 // Scoring placements on traffic the solver did not see (docs/placement.md). The analytic figures come
 // straight from the held-out trace, routed as the simulator routes it (routing_rule.hpp): loads in
 // token-expert assignments, bytes of dispatched hidden states, the traffic objective in seconds. The
-// simulated ones are added by sim/study/placement_sim.hpp.
+// simulated ones are added by sim/study/placement_sim.hpp. Flat dispatch (the default) counts a token's
+// dispatches from its home rank; residence dispatch (routing_rule.hpp) counts each layer's dispatch from
+// where the token lives and the combine sends to its new owner.
 #pragma once
 
 #include <cstdint>
@@ -41,9 +43,15 @@ struct PlacementEvaluation {
   double mean_max_over_mean = 0.0;            // mean over layers of max / mean
   double worst_max_over_mean = 0.0;
   double sum_layer_max = 0.0;  // sum over layers of the busiest rank's load
-  double transfers = 0.0;      // (token, layer, destination rank) dispatches
-  double share_off_gpu = 0.0, share_off_node = 0.0;
-  std::vector<std::vector<double>> pair_bytes;  // [home rank][expert rank], dispatch bytes over all layers
+  bool residence = false;      // the dispatch evaluated: residence, else flat
+  double transfers = 0.0;      // (token, layer, destination rank) dispatches; residence: plus combine sends
+  double share_off_gpu = 0.0, share_off_node = 0.0;  // of `transfers`
+  // Residence only: the sends (dispatches to a rank other than the token's residence, and combine sends
+  // of a rank other than the owner to the owner), those between nodes, and their bytes.
+  double sends = 0.0, sends_off_node = 0.0, bytes_off_node = 0.0;
+  // [home rank][expert rank], dispatch bytes over all layers; residence: [from rank][to rank], the bytes
+  // of dispatch and combine sends
+  std::vector<std::vector<double>> pair_bytes;
   double traffic_objective = 0.0;               // the stage-2 objective (s) on the held-out counts
   // Of a token's hops from its layer-l experts to its layer-(l+1) experts (MoETuner's cross-layer
   // traffic, the R counts split over copies), the share whose two ranks are on different nodes.
@@ -58,8 +66,10 @@ struct PlacementEvaluation {
 };
 
 // The figures computed from the held-out trace (simulated is false; sim/study/placement_sim.hpp adds
-// the simulated ones).
-PlacementEvaluation evaluate_placement(const CheckedPlacement& placement, const std::string& heldout_trace);
+// the simulated ones). `residence`: route and count as residence dispatch, and score the cross-layer
+// figures on the owner pairs (RoutingCounts::next_owner).
+PlacementEvaluation evaluate_placement(const CheckedPlacement& placement, const std::string& heldout_trace,
+                                       bool residence = false);
 
 // Console output: the per-layer table of one placement, and the side-by-side comparison.
 std::string evaluation_table(const PlacementEvaluation& e);

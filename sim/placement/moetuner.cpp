@@ -148,11 +148,14 @@ Placement MoetunerPolicy::place(const PlacementInput& input) const {
   // copy first), a load effect stage 2 does not model: on DeepSeek-V3 / 64 ranks the tie-break
   // lowered the held-out traffic but raised max/mean from 1.66 to 2.00 (docs/placement.md).
   if (replicated) limits2.tie_break_sweeps = 0;
-  const Stage2Problem prob =
-      stage2_problem_replicated(*input.routing, s1.copies, arch, input.cluster, input.ep, input.tp);
+  // Residence dispatch: stage 2 (and its check) weighs the pairs counted from the owner's expert; the
+  // loads stage 1 balances are the same either way.
+  const RoutingCounts owner_routing = input.options.residence ? with_owner_pairs(*input.routing) : RoutingCounts{};
+  const RoutingCounts& pairs = input.options.residence ? owner_routing : *input.routing;
+  const Stage2Problem prob = stage2_problem_replicated(pairs, s1.copies, arch, input.cluster, input.ep, input.tp);
   const Stage2Result s2 = moetuner_stage2(prob, limits2);
   assign_ranks(p, s1.copies, s2, input.ep);
-  const double recomputed = placement_traffic_objective(p, *input.routing, arch, input.cluster);
+  const double recomputed = placement_traffic_objective(p, pairs, arch, input.cluster);
   if (std::fabs(recomputed - s2.report.objective) > 1e-9 * std::max(1e-12, s2.report.objective))
     throw common::RunError("moetuner: internal check failed: the stage-2 objective recomputed from the placement (" +
                            std::to_string(recomputed) + ") differs from the solver's (" +
@@ -164,6 +167,7 @@ Placement MoetunerPolicy::place(const PlacementInput& input) const {
               {"work_limit", {{"nodes_per_subproblem", limits.node_limit}, {"sweeps", limits.sweeps}}},
               {"time_limit_s", limits.time_limit},
               {"profiled_tokens", input.routing->tokens}};
+  if (input.options.residence) p.report["cross_layer_pairs"] = "next_owner (residence dispatch)";
   return p;
 }
 

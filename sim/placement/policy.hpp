@@ -23,6 +23,9 @@ struct PlacementOptions {
   int groups = 0;           // expert groups (eplb; 0 = the architecture's routing groups)
   std::uint64_t seed = 1;   // random
   double time_limit = 0.0;  // s, 0 = use the deterministic work limit only
+  // Residence dispatch (routing_rule.hpp): a token's next layer starts from its owner rank, so the
+  // policies that weigh cross-layer pairs (moetuner's stage 2, exflow) read RoutingCounts::next_owner.
+  bool residence = false;
 };
 
 // The input of one solve; it refers to configs the caller owns for the duration of place().
@@ -69,8 +72,8 @@ class PlacementRegistry {
   std::vector<Entry> entries_;
 };
 
-// Registers contiguous, round_robin, random, greedy, eplb, moetuner, moetuner_equal and
-// moetuner_replicated, in that order (builtin_policies.cpp).
+// Registers contiguous, round_robin, random, greedy, eplb, moetuner, moetuner_equal,
+// moetuner_replicated and exflow, in that order (builtin_policies.cpp).
 void register_builtin_placements(PlacementRegistry& registry);
 PlacementRegistry default_placement_registry();
 

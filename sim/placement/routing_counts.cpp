@@ -29,6 +29,10 @@ void count_token(RoutingCounts& c, const std::uint16_t* token, std::uint64_t ord
     for (std::size_t i = 0; i < k; ++i)
       for (std::size_t j = 0; j < k; ++j)
         if (there[j] < experts) pairs[static_cast<std::size_t>(here[i]) * experts + there[j]] += 1.0;
+    // Residence: the token leaves layer l from (about) its top-1 expert's rank, listed first.
+    std::vector<double>& owner_pairs = c.next_owner[l];
+    for (std::size_t j = 0; j < k; ++j)
+      if (there[j] < experts) owner_pairs[static_cast<std::size_t>(here[0]) * experts + there[j]] += 1.0;
   }
 }
 
@@ -43,6 +47,7 @@ RoutingCounts zero_counts(const traces::TraceShape& shape, const std::string& tr
   const auto experts = static_cast<std::size_t>(shape.num_experts);
   c.load.assign(layers, std::vector<double>(experts, 0.0));
   c.next.assign(layers > 0 ? layers - 1 : 0, std::vector<double>(experts * experts, 0.0));
+  c.next_owner = c.next;
   return c;
 }
 
@@ -76,6 +81,7 @@ RoutingCounts mix_routing(const std::vector<RoutingCounts>& counts, const std::v
                      std::to_string(counts.size()) + " traces; give one per trace, or none for equal weights");
   const RoutingCounts& first = counts.front();
   double weight_sum = 0.0, token_sum = 0.0;
+  bool owner_pairs = true;  // every trace has next_owner
   for (std::size_t i = 0; i < counts.size(); ++i) {
     const RoutingCounts& c = counts[i];
     const std::string which = "mix_routing: trace " + std::to_string(i);
@@ -87,6 +93,11 @@ RoutingCounts mix_routing(const std::vector<RoutingCounts>& counts, const std::v
     for (const auto& row : c.load) sized = sized && row.size() == experts;
     for (const auto& row : c.next) sized = sized && row.size() == experts * experts;
     if (!sized) throw InputError(which + ": its load or next counts are not sized layers x experts");
+    bool owner_sized = c.next_owner.size() == c.next.size();
+    for (const auto& row : c.next_owner) owner_sized = owner_sized && row.size() == experts * experts;
+    if (!owner_sized && !c.next_owner.empty())
+      throw InputError(which + ": its next_owner counts are not sized like its next counts");
+    owner_pairs = owner_pairs && owner_sized;
     if (c.tokens == 0) throw InputError(which + ": the trace has no tokens");
     const double w = weights.empty() ? 1.0 : weights[i];
     if (!std::isfinite(w) || w <= 0.0)
@@ -103,6 +114,7 @@ RoutingCounts mix_routing(const std::vector<RoutingCounts>& counts, const std::v
   const auto experts = static_cast<std::size_t>(first.num_experts);
   mix.load.assign(first.load.size(), std::vector<double>(experts, 0.0));
   mix.next.assign(first.next.size(), std::vector<double>(experts * experts, 0.0));
+  if (owner_pairs) mix.next_owner = mix.next;
   // One factor per trace: its share of the weight, per token, back in units of the mean trace.
   for (std::size_t i = 0; i < counts.size(); ++i) {
     const RoutingCounts& c = counts[i];
@@ -112,13 +124,27 @@ RoutingCounts mix_routing(const std::vector<RoutingCounts>& counts, const std::v
       for (std::size_t e = 0; e < c.load[l].size(); ++e) mix.load[l][e] += factor * c.load[l][e];
     for (std::size_t l = 0; l < c.next.size(); ++l)
       for (std::size_t p = 0; p < c.next[l].size(); ++p) mix.next[l][p] += factor * c.next[l][p];
+    for (std::size_t l = 0; l < mix.next_owner.size(); ++l)
+      for (std::size_t p = 0; p < mix.next_owner[l].size(); ++p) mix.next_owner[l][p] += factor * c.next_owner[l][p];
   }
   return mix;
 }
 
+RoutingCounts with_owner_pairs(const RoutingCounts& counts) {
+  bool sized = counts.next_owner.size() == counts.next.size();
+  for (std::size_t l = 0; sized && l < counts.next.size(); ++l)
+    sized = counts.next_owner[l].size() == counts.next[l].size();
+  if (!sized)
+    throw common::InputError("routing counts: residence dispatch needs the owner pair counts (next_owner), which "
+                             "these counts lack; count them from a per-token trace");
+  RoutingCounts out = counts;
+  out.next = counts.next_owner;
+  return out;
+}
+
 RoutingCounts count_load_routing(traces::LoadTraceReader& reader, const std::string& trace_sha256) {
   const traces::TraceShape& shape = reader.meta().shape;
-  // `next` left at zero: a load-only trace records no token's experts at two layers, so no pair counts.
+  // `next` and `next_owner` left at zero: a load-only trace records no token's experts at two layers, so no pair counts.
   RoutingCounts c = zero_counts(shape, trace_sha256);
   const std::size_t layers = shape.layers.size();
   const auto experts = static_cast<std::size_t>(shape.num_experts);

@@ -40,7 +40,7 @@ CliResult place(const TempDir& dir, const std::string& policy, std::vector<std::
 TEST_CASE("cli place: every policy writes a placement file that evaluates") {
   TempDir dir;
   for (const std::string policy :
-       {"contiguous", "round_robin", "random", "greedy", "eplb", "moetuner", "moetuner_equal"}) {
+       {"contiguous", "round_robin", "random", "greedy", "eplb", "moetuner", "moetuner_equal", "exflow"}) {
     const CliResult r = place(dir, policy);
     CAPTURE(policy);
     CAPTURE(r.err);
@@ -81,6 +81,50 @@ TEST_CASE("cli place evaluate: simulated figures from the default study") {
   REQUIRE(r.exit_code == 0);
   CHECK(contains(r.out, "token tail us"));
   CHECK(contains(r.out, "simulated (default study): step p50"));
+}
+
+TEST_CASE("cli place: --dispatch residence solves, evaluates and compares from the owner rank") {
+  TempDir dir;
+  for (const std::string policy : {"contiguous", "exflow"}) {
+    const CliResult r = place(dir, policy, {"--dispatch", "residence"});
+    CAPTURE(r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+  const CliResult tuned = place(dir, "moetuner", {"--dispatch", "residence"});
+  CAPTURE(tuned.err);
+  REQUIRE(tuned.exit_code == 0);
+  const std::string exflow = (dir / "exflow.yaml").string(), contiguous = (dir / "contiguous.yaml").string();
+  const CliResult e = run_moesim({"place", "evaluate", "--placement", exflow, "--trace", shipped_trace(),
+                                  "--no-simulate", "--dispatch", "residence"});
+  CAPTURE(e.err);
+  REQUIRE(e.exit_code == 0);
+  CHECK(contains(e.out, "residence dispatch"));
+  const CliResult flat =
+      run_moesim({"place", "evaluate", "--placement", exflow, "--trace", shipped_trace(), "--no-simulate"});
+  REQUIRE(flat.exit_code == 0);
+  CHECK(contains(flat.out, "flat dispatch"));
+
+  const CliResult c = run_moesim({"place", "compare", "--placements", contiguous, exflow, "--trace", shipped_trace(),
+                                  "--no-simulate", "--dispatch", "residence", "--json"});
+  CAPTURE(c.err);
+  REQUIRE(c.exit_code == 0);
+  const auto cj = nlohmann::json::parse(c.out);
+  CHECK(cj["dispatch"] == "residence");
+  REQUIRE(cj["placements"].size() == 2);
+  CHECK(cj["placements"][1]["dispatch"] == "residence");
+  // One node: no bytes between nodes, and exflow moves fewer tokens between GPUs than contiguous.
+  CHECK(cj["placements"][1]["bytes_off_node"].get<double>() == 0.0);
+  CHECK(cj["placements"][1]["sends"].get<double>() < cj["placements"][0]["sends"].get<double>());
+
+  const CliResult bad = run_moesim({"place", "evaluate", "--placement", exflow, "--trace", shipped_trace(),
+                                    "--no-simulate", "--dispatch", "sideways"});
+  CHECK(bad.exit_code == 2);
+  CHECK(contains(bad.err, "--dispatch: expected flat or residence, got \"sideways\""));
+  const CliResult simulated =
+      run_moesim({"place", "evaluate", "--placement", exflow, "--trace", shipped_trace(), "--dispatch", "residence"});
+  CHECK(simulated.exit_code == 2);
+  CHECK(contains(simulated.err, "add --no-simulate"));
+  CHECK(place(dir, "exflow", {"--dispatch", "both", "--force"}).exit_code == 2);
 }
 
 TEST_CASE("cli place export: vllm, sglang and megatron") {

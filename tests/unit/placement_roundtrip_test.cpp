@@ -72,7 +72,8 @@ bool has_replica(const sim::Placement& p) {
 }
 
 const std::vector<Case> kCases = {{"contiguous"}, {"round_robin"}, {"random"},         {"greedy"},
-                                  {"eplb", 4},    {"moetuner"},    {"moetuner_equal"}, {"moetuner_replicated", 4}};
+                                  {"eplb", 4},    {"moetuner"},    {"moetuner_equal"}, {"moetuner_replicated", 4},
+                                  {"exflow"}};
 
 }  // namespace
 

@@ -284,7 +284,8 @@ TEST_CASE("policies: registry names, greedy balances, random is seeded") {
   const sim::PlacementRegistry registry = sim::default_placement_registry();
   const auto names = registry.names();
   for (const char* n :
-       {"contiguous", "round_robin", "random", "greedy", "eplb", "moetuner", "moetuner_equal", "moetuner_replicated"})
+       {"contiguous", "round_robin", "random", "greedy", "eplb", "moetuner", "moetuner_equal", "moetuner_replicated",
+        "exflow"})
     CHECK(std::find(names.begin(), names.end(), n) != names.end());
   CHECK_THROWS_AS(registry.create("moetunr"), common::InputError);
 

@@ -278,7 +278,7 @@ void add_eval_options(po::options_description& opts) {
       "steps", po::value<std::string>(), "simulated steps (default: the study's)")(
       "no-simulate", po::bool_switch(), "only the figures computed from the trace, no simulation")(
       "dispatch", po::value<std::string>(),
-      "flat (default: from the home rank) or residence (from the owner rank; needs --no-simulate)")(
+      "flat (default: from the home rank) or residence (from the owner rank, and simulated so)")(
       "json", po::bool_switch(), "print JSON instead of the table");
 }
 
@@ -286,15 +286,12 @@ void add_eval_options(po::options_description& opts) {
 sim::PlacementEvaluation evaluate(const sim::CheckedPlacement& checked, const po::variables_map& vm) {
   const std::string trace = vm["trace"].as<std::string>();
   const bool residence = parse_residence(vm);
-  // The simulated figures would come from the study's dispatch, not the one evaluated here.
-  if (residence && !vm["no-simulate"].as<bool>())
-    throw common::UsageError("--dispatch residence: place evaluate scores residence dispatch from the trace only; "
-                             "add --no-simulate");
   sim::PlacementEvaluation e = sim::evaluate_placement(checked, trace, residence);
   if (vm["no-simulate"].as<bool>()) return e;
   sim::PlacementSimOptions o;
   if (vm.count("study")) o.study = vm["study"].as<std::string>();
   o.steps = parse_int_option(vm, "steps", 1, 1000000, 0);
+  o.residence = residence;  // simulated in the dispatch mode the figures are counted in
   sim::simulate_placement(checked, trace, o, e);
   return e;
 }

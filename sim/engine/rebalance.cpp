@@ -64,6 +64,7 @@ RoutingCounts Rebalancer::empty_counts() const {
   c.trace_sha256 = "";
   c.load.assign(layers_, std::vector<double>(experts_, 0.0));
   c.next.assign(layers_ > 0 ? layers_ - 1 : 0, std::vector<double>(input_.resolve_pairs ? experts_ * experts_ : 0, 0.0));
+  c.next_owner = c.next;
   return c;
 }
 
@@ -83,8 +84,11 @@ void Rebalancer::observe(int step, const StepBatch& batch) {
         for (std::size_t j = 0; j < k_; ++j) c.load[l][ids[l * k_ + j]] += 1.0;
       if (!input_.resolve_pairs) continue;
       for (std::size_t l = 0; l + 1 < layers_; ++l)
-        for (std::size_t a = 0; a < k_; ++a)
-          for (std::size_t b = 0; b < k_; ++b) c.next[l][ids[l * k_ + a] * experts_ + ids[(l + 1) * k_ + b]] += 1.0;
+        for (std::size_t b = 0; b < k_; ++b) {
+          const std::size_t to = ids[(l + 1) * k_ + b];
+          for (std::size_t a = 0; a < k_; ++a) c.next[l][ids[l * k_ + a] * experts_ + to] += 1.0;
+          c.next_owner[l][ids[l * k_] * experts_ + to] += 1.0;  // from the top-1 expert (RoutingCounts)
+        }
     }
   }
 }

@@ -29,6 +29,8 @@ nlohmann::json placement_cache_key(const Scenario& s, const VariantInputs& in) {
           {"cluster_sha256", common::sha256_file(in.cluster.source_file)},
           {"ep", in.ep},
           {"tp", in.tp}};
+  // Only where it changes what a policy reads, so that earlier caches stay valid.
+  if (s.dispatch == DispatchMode::kResidence) key["residence"] = true;
   // A policy that reads no routing (contiguous, round_robin) gives the same placement for any trace.
   if (!in.trace_sha256.empty()) key["trace_sha256"] = in.trace_sha256;
   // A mix is solved on all its traces, by weight.
@@ -61,6 +63,8 @@ Placement solve_with(const Scenario& s, const VariantInputs& in, const Placement
   opts.replicas = s.placement.replicas;
   opts.groups = s.placement.groups;
   opts.seed = s.seed;
+  // Residence dispatch: affinity counted from the layer's owner (moetuner's stage 2, exflow).
+  opts.residence = s.dispatch == DispatchMode::kResidence;
   PlacementInput pin{in.arch, in.cluster, in.ep, in.tp, policy.needs_routing() ? routing : nullptr, opts};
   Placement p = policy.place(pin);
   validate_placement(p, in.arch, "placement policy " + s.placement.policy);

@@ -39,6 +39,10 @@ void simulate_placement(const CheckedPlacement& c, const std::string& trace, con
   if (s.workload.mode != WorkloadMode::kPrefill && s.workload.mode != WorkloadMode::kDecode)
     s.workload.mode = WorkloadMode::kDecode;
   if (options.steps > 0) s.workload.steps = options.steps;
+  if (options.residence) {
+    s.dispatch = DispatchMode::kResidence;
+    if (s.overlap.policy == OverlapPolicy::kTbo) s.overlap.policy = OverlapPolicy::kSequential;
+  }
   s = revalidate_scenario(s, "the scenario of study " + study.name + " with placement " + c.path);
   const VariantResult r = run_variant(v);
   e.simulated = true;

@@ -13,6 +13,7 @@ namespace moesim::sim {
 struct PlacementSimOptions {
   std::string study;  // "" = configs/studies/default.yaml
   int steps = 0;      // 0 = the study's
+  bool residence = false;  // simulate with dispatch.mode residence (else the study's dispatch)
 };
 
 // Fills the simulated fields of `e` (step p50/p99, energy, per-layer tails; simulated = true).

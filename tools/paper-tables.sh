@@ -14,12 +14,16 @@
 #                  deepseek-v3-decode.yaml: table deepseek-v3 (predicted tokens/s per GPU against
 #                  DeepSeek's published figures) and deepseek-v3-breakdown (per MoE layer, from the
 #                  timeline of the first measured steps and the GPUs' busy times).
+#   KIND modes:    table NAME (default: the folder's name) of a study sweeping dispatch.mode flat and
+#                  residence: per workload and trace, each placement's step p50, speedup vs flat contiguous,
+#                  token sends per token and MoE layer, dispatch and combine MB between nodes per step, all
+#                  inter-node MB per step (collectives included) and coherence MB per step.
 #   KIND tbo-sweep: OUT_DIR of a study sweeping overlap.policy over sequential and tbo (the
 #                  deepseek-v3-*-sweep studies): per setting, both policies' tokens/s per GPU and the gain.
 # Paste the output over the marked tables, then run the papers test (ctest -R papers).
 set -eu
-kind=${1:?usage: sh tools/paper-tables.sh moetuner|overlap|power|deepseek|tbo-sweep OUT_DIR [NAME]}
-dir=${2:?usage: sh tools/paper-tables.sh moetuner|overlap|power|deepseek|tbo-sweep OUT_DIR [NAME]}
+kind=${1:?usage: sh tools/paper-tables.sh moetuner|overlap|power|deepseek|tbo-sweep|modes OUT_DIR [NAME]}
+dir=${2:?usage: sh tools/paper-tables.sh moetuner|overlap|power|deepseek|tbo-sweep|modes OUT_DIR [NAME]}
 name=${3:-}
 exec python3 - "$kind" "$dir" "$name" <<'PY'
 import csv, json, os, sys
@@ -155,6 +159,28 @@ elif kind == "tbo-sweep":
     table(name or os.path.basename(os.path.normpath(folder)),
           ["setting", "sequential p50 ms", "sequential tok/s per GPU", "tbo p50 ms", "tbo tok/s per GPU",
            "tbo gain"], body)
+elif kind == "modes":
+    # Per (workload, trace): every placement in both dispatch modes, against flat contiguous.
+    items = []
+    for r in rows:
+        v = result(r["variant"])
+        t = v.get("traffic", {})
+        a = v["assignments"]
+        trace = os.path.splitext(os.path.basename(a.get("trace", "")))[0] or "(study trace)"
+        items.append(((v["inputs"]["mode"], trace), v["inputs"]["dispatch"], v["inputs"]["placement"],
+                      float(r["step_p50_s"]), v["inputs"]["steps"], t))
+    base = {key: p50 for key, d, pl, p50, _, _ in items if d == "flat" and pl == "contiguous"}
+    body = []
+    for key, d, pl, p50, steps, t in items:
+        coh = t.get("coherence_bytes_per_step")
+        body.append([key[0], key[1], d, pl, "%.3f" % (1e3 * p50), pct(base[key] / p50 - 1.0),
+                     "%.3f" % t["sends_per_token_layer"], "%.2f" % (t["token_inter_node_bytes"] / steps / 1e6),
+                     "%.1f" % (t["inter_node_bytes"] / steps / 1e6),
+                     "%.1f" % (coh / 1e6) if coh else "-"])
+    table(name or os.path.basename(os.path.normpath(folder)),
+          ["mode", "trace", "dispatch", "placement", "step p50 ms", "speedup vs flat contiguous",
+           "sends / token / layer", "token inter-node MB / step", "all inter-node MB / step",
+           "coherence MB / step"], body)
 else:
-    sys.exit("paper-tables.sh: KIND must be moetuner, overlap, power, deepseek or tbo-sweep, got " + kind)
+    sys.exit("paper-tables.sh: KIND must be moetuner, overlap, power, deepseek, tbo-sweep or modes, got " + kind)
 PY

@@ -242,6 +242,7 @@ void Executor::end_step(double end) {
     result_.token_layers += current_->token_layers;
     result_.context_bytes = std::max(result_.context_bytes, current_->context_bytes);
     result_.coherence_bytes += current_->coherence_bytes;
+    result_.token_inter_node_bytes += current_->token_inter_node_bytes;
     const std::size_t L = layers_.size();
     const int G = static_cast<int>(track_.size());
     for (std::size_t l = 0; l < L; ++l) {

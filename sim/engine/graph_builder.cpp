@@ -263,7 +263,10 @@ std::uint32_t GraphBuilder::add_transfer(StepGraph& g, int src, int dst, double 
   x.payload = bytes;
   x.op_bytes = op_bytes;
   x.layer = slot;
-  if (cat == Category::kDispatch || cat == Category::kCombine) x.comm_sms = dispatch_sms_;
+  if (cat == Category::kDispatch || cat == Category::kCombine) {
+    x.comm_sms = dispatch_sms_;
+    if (src / cluster_.gpus_per_node != dst / cluster_.gpus_per_node) g.token_inter_node_bytes += bytes;
+  }
   return g.add(x);
 }
 

@@ -74,6 +74,7 @@ nlohmann::json to_json(const SimResult& r) {
   }
   if (r.context_bytes > 0.0) out["replicated_context_bytes"] = r.context_bytes;
   if (r.coherence_bytes > 0.0) out["coherence_bytes"] = r.coherence_bytes;
+  if (r.token_layers > 0) out["token_inter_node_bytes"] = r.token_inter_node_bytes;
   return out;
 }
 
@@ -119,6 +120,7 @@ SimResult sim_result_from_json(const nlohmann::json& j) {
   r.token_layers = j.value("token_layers", std::uint64_t{0});
   r.context_bytes = j.value("replicated_context_bytes", 0.0);
   r.coherence_bytes = j.value("coherence_bytes", 0.0);
+  r.token_inter_node_bytes = j.value("token_inter_node_bytes", 0.0);
   if (j.contains("rebalances"))
     for (const auto& e : j.at("rebalances"))
       r.rebalances.push_back({e.at("step").get<int>(), e.at("experts_moved").get<int>(), e.at("bytes").get<double>(),

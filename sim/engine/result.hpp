@@ -95,6 +95,9 @@ struct SimResult {
   // Residence dispatch, measured steps: the size of the coherence all-gathers (each one's gathered
   // bytes, summed over its TP-index groups).
   double coherence_bytes = 0.0;
+  // Measured steps: the dispatch and combine payload that crossed between nodes (tokens' hidden states
+  // and partial outputs, as routed; port phases, which move no transfer per GPU pair, leave it 0).
+  double token_inter_node_bytes = 0.0;
 };
 
 // Everything but the timeline (which travels from the child as raw events and is written as its

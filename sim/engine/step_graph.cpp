@@ -19,6 +19,7 @@ void StepGraph::clear() {
   token_layers = 0;
   context_bytes = 0.0;
   coherence_bytes = 0.0;
+  token_inter_node_bytes = 0.0;
 }
 
 void StepGraph::finalize() {

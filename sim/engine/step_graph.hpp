@@ -98,6 +98,7 @@ struct StepGraph {
   std::uint64_t token_layers = 0;
   double context_bytes = 0.0;
   double coherence_bytes = 0.0;  // residence: the size of the step's coherence all-gathers, summed
+  double token_inter_node_bytes = 0.0;  // dispatch and combine payload between GPUs of different nodes
 
   std::uint32_t add(const Task& t) {
     tasks.push_back(t);

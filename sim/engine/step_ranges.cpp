@@ -86,6 +86,7 @@ SimResult merge_step_ranges(const std::vector<SimResult>& parts) {
     out.token_layers += r.token_layers;
     out.context_bytes = std::max(out.context_bytes, r.context_bytes);
     out.coherence_bytes += r.coherence_bytes;
+    out.token_inter_node_bytes += r.token_inter_node_bytes;
     out.activities += r.activities;
     out.aggregated_flows += r.aggregated_flows;
     out.fluid_flows += r.fluid_flows;

@@ -327,9 +327,12 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
     nlohmann::json x = {{"sends_per_token_layer", jnum(m.sends_per_token_layer)},
                         {"intra_node_bytes", jnum(m.intra_node_bytes)},
                         {"inter_node_bytes", jnum(m.inter_node_bytes)},
+                        {"token_inter_node_bytes", jnum(m.token_inter_node_bytes)},
                         {"source", "model: the trace's tokens routed through the placement (a send: a token's hidden "
                                    "state to another EP rank, in a dispatch or a combine), bytes from the simulated "
-                                   "transfers of the measured steps"}};
+                                   "transfers of the measured steps (intra/inter: every transfer, collectives at "
+                                   "their ring transfers' sized bytes; token_inter_node: dispatch and combine "
+                                   "payload between nodes)"}};
     if (std::isfinite(m.context_bytes)) x["replicated_context_bytes"] = jnum(m.context_bytes);
     if (std::isfinite(m.coherence_bytes_per_step)) x["coherence_bytes_per_step"] = jnum(m.coherence_bytes_per_step);
     j["traffic"] = std::move(x);
@@ -404,6 +407,7 @@ VariantResult variant_result_from_json(const nlohmann::json& j, const std::strin
     v.summary.sends_per_token_layer = get("sends_per_token_layer");
     v.summary.intra_node_bytes = get("intra_node_bytes");
     v.summary.inter_node_bytes = get("inter_node_bytes");
+    v.summary.token_inter_node_bytes = get("token_inter_node_bytes");
     v.summary.context_bytes = get("replicated_context_bytes");
     v.summary.coherence_bytes_per_step = get("coherence_bytes_per_step");
   }

@@ -45,7 +45,7 @@ struct VariantSummary {
   // nodes (the traffic matrix), and, for residence dispatch, the replicated context per GPU. Not metric
   // columns: the variant's "traffic" object holds them.
   double sends_per_token_layer = kNoValue, intra_node_bytes = kNoValue, inter_node_bytes = kNoValue,
-         context_bytes = kNoValue, coherence_bytes_per_step = kNoValue;
+         context_bytes = kNoValue, coherence_bytes_per_step = kNoValue, token_inter_node_bytes = kNoValue;
 };
 
 struct VariantResult {

@@ -213,6 +213,7 @@ void summarise_traffic(const SimResult& r, int gpus_per_node, VariantSummary& su
     for (std::size_t b = 0; b < r.traffic[a].size(); ++b)
       if (a != b) (a / per_node == b / per_node ? sum.intra_node_bytes : sum.inter_node_bytes) += r.traffic[a][b];
   if (r.context_bytes > 0.0) sum.context_bytes = r.context_bytes;
+  sum.token_inter_node_bytes = r.token_inter_node_bytes;
   if (r.coherence_bytes > 0.0 && !r.step_latency.empty())
     sum.coherence_bytes_per_step = r.coherence_bytes / static_cast<double>(r.step_latency.size());
 }

@@ -10,6 +10,7 @@
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <utility>
 
 #include "sim/placement/splitmix.hpp"
 #include "sim/placement/stage2_parts.hpp"
@@ -31,9 +32,11 @@ class Stage2Solver {
  private:
   Layout chained_start();
   double descend(Layout& layout);
+  bool descend_window(Layout& layout, std::size_t first, std::size_t last);
   std::vector<int> better_layer(const Layout& layout, std::size_t l, int sweep, std::size_t k);
   double two_node_phase(Layout& on, double& current);
   void iterated_local_search(Layout& on, double& current);
+  void windowed_local_search(Layout& on, double& current);
   bool chain_phase(Layout& on);
   void tie_break(Layout& on);
   void finish(Layout on, double node_bound, bool chain_proven);
@@ -46,8 +49,9 @@ class Stage2Solver {
   const SolverLimits& limits_;
   solver::Clock::time_point t0_, deadline_;
   std::size_t G_, L_;
-  // Up to 16 ranks the layer sub-problems are solved exactly by threshold matchings (fast, no work
-  // limit); beyond, by GLPK under the node limit.
+  // Up to 256 ranks the layer sub-problems are solved exactly by threshold matchings (no work limit;
+  // at 64 ranks a few tens of ms a layer, where GLPK's assignment ILP stopped at its node limit and
+  // the descent ran out of time); beyond, by GLPK under the node limit.
   bool combinatorial_;
   Stage2Result out_;
   bool limit_hit_ = false;
@@ -60,7 +64,7 @@ Stage2Solver::Stage2Solver(const Stage2Problem& p, const SolverLimits& limits)
       deadline_(solver::deadline(t0_, limits)),
       G_(static_cast<std::size_t>(p.ranks)),
       L_(p.sizes.size()),
-      combinatorial_(G_ <= 16) {
+      combinatorial_(G_ <= 256) {
   if (G_ < 1 || p.cost.size() != G_ * G_ || p.node.size() != G_ || p.traffic.size() + 1 != std::max<std::size_t>(L_, 1))
     throw std::logic_error("moetuner_stage2: inconsistent problem sizes");
 }
@@ -209,6 +213,72 @@ void Stage2Solver::iterated_local_search(Layout& on, double& current) {
   }
 }
 
+// Layers first..last re-solved exactly given their neighbours, forward then backward, until a sweep
+// changes nothing (at most limits_.sweeps): only the pairs touching them can change. True when the
+// objective of those pairs dropped.
+bool Stage2Solver::descend_window(Layout& layout, std::size_t first, std::size_t last) {
+  auto local = [&] {
+    double s = 0.0;
+    for (std::size_t l = first > 0 ? first - 1 : 0; l < last && l + 1 < L_; ++l)
+      s += stage2_pair_objective(p_, l, layout[l], layout[l + 1]);
+    return s;
+  };
+  const double before = local();
+  double current = before;
+  for (int sweep = 0; sweep < limits_.sweeps; ++sweep) {
+    bool any = false;
+    for (std::size_t k = first; k <= last; ++k) {
+      const std::size_t l = sweep % 2 == 0 ? k : first + last - k;
+      std::vector<int> next_layout = better_layer(layout, l, 0, 0);
+      if (next_layout.empty()) continue;
+      std::vector<int> saved = std::exchange(layout[l], std::move(next_layout));
+      const double next = local();
+      if (lowers(next, current)) {
+        current = next;
+        any = true;
+      } else {
+        layout[l] = std::move(saved);
+      }
+    }
+    if (!any) break;
+  }
+  return lowers(current, before);
+}
+
+// Many ranks: a whole-chain descent per round is too slow, so each round kicks one or two adjacent
+// layers (swaps of ranks holding equally many experts) and re-solves only the layers around them.
+// Kept when the whole objective drops. Rounds and seed fixed as in iterated_local_search; it stops
+// at three quarters of the time limit to leave the tie-break and the bounds their time.
+void Stage2Solver::windowed_local_search(Layout& on, double& current) {
+  SplitMix rng(0x243f6a8885a308d3ULL);
+  const double share = limits_.time_limit > 0 ? 0.75 * limits_.time_limit : 0.0;
+  for (int round = 0; round < limits_.perturbations; ++round) {
+    if (share > 0 && solver::seconds_since(t0_) >= share) {
+      limit_hit_ = true;
+      break;
+    }
+    Layout trial = on;
+    const std::size_t l0 = rng.below(L_);
+    const std::size_t kicks = 1 + rng.below(3);
+    for (std::size_t k = 0; k < kicks; ++k) {
+      const std::size_t l = std::min(L_ - 1, l0 + rng.below(2));
+      const std::size_t g = rng.below(G_);
+      std::size_t h = rng.below(G_ - 1);
+      if (h >= g) ++h;
+      auto& layer = trial[l];
+      if (p_.sizes[l][static_cast<std::size_t>(layer[g])] == p_.sizes[l][static_cast<std::size_t>(layer[h])])
+        std::swap(layer[g], layer[h]);
+    }
+    if (trial == on) continue;
+    descend_window(trial, l0 > 1 ? l0 - 2 : 0, std::min(L_ - 1, l0 + 3));
+    const double value = stage2_objective(p_, trial);
+    if (lowers(value, current) && balanced(trial) == balanced(on)) {
+      on = std::move(trial);
+      current = value;
+    }
+  }
+}
+
 // Few ranks: the chain program settles the whole stage, memory rows included. True when it proved
 // the layout optimal.
 bool Stage2Solver::chain_phase(Layout& on) {
@@ -284,11 +354,27 @@ Stage2Result Stage2Solver::solve() {
   for (const auto& s : p_.sizes) experts += std::accumulate(s.begin(), s.end(), 0L);
   out_.memory_target_lo = static_cast<int>(experts / static_cast<long>(G_));
   out_.memory_target_hi = static_cast<int>((experts + static_cast<long>(G_) - 1) / static_cast<long>(G_));
-  stage2::balance_memory(p_, on, out_.memory_target_lo, out_.memory_target_hi);
-  double current = descend(on);
+  // The start is the chain's optimum layer by layer but ignores the memory rows: first bring it as
+  // close to the balance as it goes without raising any bottleneck, then the greedy balancing swaps
+  // (which may raise them), then the descent. Up to 16 ranks the greedy swaps from the start itself
+  // are descended too and the better kept (each descent costs seconds at 64 ranks).
+  Layout kept = on;
+  stage2_balance_within_bottlenecks(p_, kept, out_.memory_target_lo, out_.memory_target_hi, 4 * limits_.sweeps);
+  stage2::balance_memory(p_, kept, out_.memory_target_lo, out_.memory_target_hi);
+  double current = descend(kept);
+  if (G_ <= 16) {
+    stage2::balance_memory(p_, on, out_.memory_target_lo, out_.memory_target_hi);
+    const double value = descend(on);
+    if ((balanced(on) && !balanced(kept)) || (balanced(on) == balanced(kept) && !lowers(current, value))) {
+      current = value;
+      kept = std::move(on);
+    }
+  }
+  on = std::move(kept);
   const double node_bound = two_node_phase(on, current);
   const bool proven_by_nodes = balanced(on) && node_bound > 0.0 && close_to(current, node_bound);
-  if (combinatorial_ && L_ > 1 && G_ > 1 && !proven_by_nodes) iterated_local_search(on, current);
+  if (G_ <= 16 && L_ > 1 && G_ > 1 && !proven_by_nodes) iterated_local_search(on, current);
+  if (G_ > 16 && L_ > 1) windowed_local_search(on, current);
   if (G_ <= 5 && L_ > 1)
     stage2::exhaustive_layer_pairs(p_, on, out_.memory_target_lo, out_.memory_target_hi, limits_, deadline_);
   const bool chain_proven = chain_phase(on);

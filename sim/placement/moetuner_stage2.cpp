@@ -39,6 +39,7 @@ class Stage2Solver {
   void windowed_local_search(Layout& on, double& current);
   bool chain_phase(Layout& on);
   void tie_break(Layout& on);
+  void relabel_segments(Layout& on);
   void finish(Layout on, double node_bound, bool chain_proven);
   bool balanced(const Layout& on) const {
     return stage2::memory_violation(stage2::memory_totals(p_, on), out_.memory_target_lo, out_.memory_target_hi) == 0;
@@ -279,6 +280,68 @@ void Stage2Solver::windowed_local_search(Layout& on, double& current) {
   }
 }
 
+// The chained start keeps the hottest clusters on the same ranks and node in every layer, so those
+// ranks hold far too few experts, and no layer-by-layer move can fix that without raising every
+// pair. Relabelling the ranks of all layers c+1.. at once by a permutation that keeps every link's
+// cost (two ranks of one node, or two whole nodes, rank by rank) changes only pair c's objective
+// and moves whole suffixes of experts between ranks. Greedy: among the 64 moves that reduce the
+// squared deviation of the ranks' totals from the mean most, the cheapest in pair c; until none
+// reduces it or the layout is balanced.
+void Stage2Solver::relabel_segments(Layout& on) {
+  const Stage2Fabric f = stage2_fabric(p_);
+  std::vector<std::vector<std::size_t>> members(f.node_size.size());
+  for (std::size_t g = 0; g < G_; ++g) members[static_cast<std::size_t>(f.dense_node[g])].push_back(g);
+  std::vector<std::vector<std::pair<std::size_t, std::size_t>>> moves;  // transpositions of ranks
+  for (const auto& m : members)
+    for (std::size_t a = 0; a < m.size(); ++a)
+      for (std::size_t b = a + 1; b < m.size(); ++b) moves.push_back({{m[a], m[b]}});
+  for (std::size_t n1 = 0; n1 < members.size(); ++n1)
+    for (std::size_t n2 = n1 + 1; n2 < members.size(); ++n2) {
+      if (members[n1].size() != members[n2].size()) continue;
+      std::vector<std::pair<std::size_t, std::size_t>> swap;
+      for (std::size_t k = 0; k < members[n1].size(); ++k) swap.push_back({members[n1][k], members[n2][k]});
+      moves.push_back(swap);
+    }
+  const double mean = 0.5 * (out_.memory_target_lo + out_.memory_target_hi);
+  for (int round = 0; round < 10000 && !balanced(on); ++round) {
+    std::vector<int> total = stage2::memory_totals(p_, on);
+    // suffix[c][g]: experts on g in layers c+1..
+    std::vector<std::vector<int>> suffix(L_, std::vector<int>(G_, 0));
+    for (std::size_t c = L_ - 1; c-- > 0;)
+      for (std::size_t g = 0; g < G_; ++g)
+        suffix[c][g] = suffix[c + 1][g] + p_.sizes[c + 1][static_cast<std::size_t>(on[c + 1][g])];
+    struct Cand {
+      double dev;
+      std::size_t c, m;
+    };
+    std::vector<Cand> cands;
+    for (std::size_t c = 0; c + 1 < L_; ++c)
+      for (std::size_t m = 0; m < moves.size(); ++m) {
+        double d = 0.0;
+        for (const auto& [g, h] : moves[m]) {
+          const double tg = total[g] - suffix[c][g] + suffix[c][h], th = total[h] - suffix[c][h] + suffix[c][g];
+          d += (tg - mean) * (tg - mean) + (th - mean) * (th - mean) - (total[g] - mean) * (total[g] - mean) -
+               (total[h] - mean) * (total[h] - mean);
+        }
+        if (d < -1e-9) cands.push_back({d, c, m});
+      }
+    if (cands.empty()) break;
+    const std::size_t keep = std::min<std::size_t>(64, cands.size());
+    std::partial_sort(cands.begin(), cands.begin() + static_cast<long>(keep), cands.end(),
+                      [](const Cand& a, const Cand& b) { return a.dev < b.dev || (a.dev == b.dev && a.c < b.c); });
+    double best = std::numeric_limits<double>::infinity();
+    std::size_t pick = 0;
+    for (std::size_t k = 0; k < keep; ++k) {
+      std::vector<int> next = on[cands[k].c + 1];
+      for (const auto& [g, h] : moves[cands[k].m]) std::swap(next[g], next[h]);
+      const double v = stage2_pair_objective(p_, cands[k].c, on[cands[k].c], next);
+      if (lowers(v, best)) best = v, pick = k;
+    }
+    for (std::size_t l = cands[pick].c + 1; l < L_; ++l)
+      for (const auto& [g, h] : moves[cands[pick].m]) std::swap(on[l][g], on[l][h]);
+  }
+}
+
 // Few ranks: the chain program settles the whole stage, memory rows included. True when it proved
 // the layout optimal.
 bool Stage2Solver::chain_phase(Layout& on) {
@@ -362,6 +425,19 @@ Stage2Result Stage2Solver::solve() {
   stage2_balance_within_bottlenecks(p_, kept, out_.memory_target_lo, out_.memory_target_hi, 4 * limits_.sweeps);
   stage2::balance_memory(p_, kept, out_.memory_target_lo, out_.memory_target_hi);
   double current = descend(kept);
+  // Many ranks: the chained start relabelled by segments toward the balance first (see
+  // relabel_segments), then the same repair; kept when balanced and better.
+  if (G_ > 16 && L_ > 1) {
+    Layout trial = on;
+    relabel_segments(trial);
+    stage2_balance_within_bottlenecks(p_, trial, out_.memory_target_lo, out_.memory_target_hi, 4 * limits_.sweeps);
+    stage2::balance_memory(p_, trial, out_.memory_target_lo, out_.memory_target_hi);
+    const double value = descend(trial);
+    if (balanced(trial) && (!balanced(kept) || lowers(value, current))) {
+      kept = std::move(trial);
+      current = value;
+    }
+  }
   if (G_ <= 16) {
     stage2::balance_memory(p_, on, out_.memory_target_lo, out_.memory_target_hi);
     const double value = descend(on);

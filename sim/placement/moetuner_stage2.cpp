@@ -303,7 +303,7 @@ void Stage2Solver::relabel_segments(Layout& on) {
       moves.push_back(swap);
     }
   const double mean = 0.5 * (out_.memory_target_lo + out_.memory_target_hi);
-  for (int round = 0; round < 10000 && !balanced(on); ++round) {
+  for (int round = 0; round < 10000 && !balanced(on) && !out_of_time(); ++round) {
     std::vector<int> total = stage2::memory_totals(p_, on);
     // suffix[c][g]: experts on g in layers c+1..
     std::vector<std::vector<int>> suffix(L_, std::vector<int>(G_, 0));

@@ -10,6 +10,7 @@
 #include <limits>
 #include <numeric>
 #include <stdexcept>
+#include <utility>
 
 #include "sim/placement/splitmix.hpp"
 #include "sim/placement/stage2_parts.hpp"
@@ -31,11 +32,14 @@ class Stage2Solver {
  private:
   Layout chained_start();
   double descend(Layout& layout);
+  bool descend_window(Layout& layout, std::size_t first, std::size_t last);
   std::vector<int> better_layer(const Layout& layout, std::size_t l, int sweep, std::size_t k);
   double two_node_phase(Layout& on, double& current);
   void iterated_local_search(Layout& on, double& current);
+  void windowed_local_search(Layout& on, double& current);
   bool chain_phase(Layout& on);
   void tie_break(Layout& on);
+  void relabel_segments(Layout& on);
   void finish(Layout on, double node_bound, bool chain_proven);
   bool balanced(const Layout& on) const {
     return stage2::memory_violation(stage2::memory_totals(p_, on), out_.memory_target_lo, out_.memory_target_hi) == 0;
@@ -46,8 +50,9 @@ class Stage2Solver {
   const SolverLimits& limits_;
   solver::Clock::time_point t0_, deadline_;
   std::size_t G_, L_;
-  // Up to 16 ranks the layer sub-problems are solved exactly by threshold matchings (fast, no work
-  // limit); beyond, by GLPK under the node limit.
+  // Up to 256 ranks the layer sub-problems are solved exactly by threshold matchings (no work limit;
+  // at 64 ranks a few tens of ms a layer, where GLPK's assignment ILP stopped at its node limit and
+  // the descent ran out of time); beyond, by GLPK under the node limit.
   bool combinatorial_;
   Stage2Result out_;
   bool limit_hit_ = false;
@@ -60,7 +65,7 @@ Stage2Solver::Stage2Solver(const Stage2Problem& p, const SolverLimits& limits)
       deadline_(solver::deadline(t0_, limits)),
       G_(static_cast<std::size_t>(p.ranks)),
       L_(p.sizes.size()),
-      combinatorial_(G_ <= 16) {
+      combinatorial_(G_ <= 256) {
   if (G_ < 1 || p.cost.size() != G_ * G_ || p.node.size() != G_ || p.traffic.size() + 1 != std::max<std::size_t>(L_, 1))
     throw std::logic_error("moetuner_stage2: inconsistent problem sizes");
 }
@@ -209,6 +214,134 @@ void Stage2Solver::iterated_local_search(Layout& on, double& current) {
   }
 }
 
+// Layers first..last re-solved exactly given their neighbours, forward then backward, until a sweep
+// changes nothing (at most limits_.sweeps): only the pairs touching them can change. True when the
+// objective of those pairs dropped.
+bool Stage2Solver::descend_window(Layout& layout, std::size_t first, std::size_t last) {
+  auto local = [&] {
+    double s = 0.0;
+    for (std::size_t l = first > 0 ? first - 1 : 0; l < last && l + 1 < L_; ++l)
+      s += stage2_pair_objective(p_, l, layout[l], layout[l + 1]);
+    return s;
+  };
+  const double before = local();
+  double current = before;
+  for (int sweep = 0; sweep < limits_.sweeps; ++sweep) {
+    bool any = false;
+    for (std::size_t k = first; k <= last; ++k) {
+      const std::size_t l = sweep % 2 == 0 ? k : first + last - k;
+      std::vector<int> next_layout = better_layer(layout, l, 0, 0);
+      if (next_layout.empty()) continue;
+      std::vector<int> saved = std::exchange(layout[l], std::move(next_layout));
+      const double next = local();
+      if (lowers(next, current)) {
+        current = next;
+        any = true;
+      } else {
+        layout[l] = std::move(saved);
+      }
+    }
+    if (!any) break;
+  }
+  return lowers(current, before);
+}
+
+// Many ranks: a whole-chain descent per round is too slow, so each round kicks one or two adjacent
+// layers (swaps of ranks holding equally many experts) and re-solves only the layers around them.
+// Kept when the whole objective drops. Rounds and seed fixed as in iterated_local_search; it stops
+// at three quarters of the time limit to leave the tie-break and the bounds their time.
+void Stage2Solver::windowed_local_search(Layout& on, double& current) {
+  SplitMix rng(0x243f6a8885a308d3ULL);
+  const double share = limits_.time_limit > 0 ? 0.75 * limits_.time_limit : 0.0;
+  for (int round = 0; round < limits_.perturbations; ++round) {
+    if (share > 0 && solver::seconds_since(t0_) >= share) {
+      limit_hit_ = true;
+      break;
+    }
+    Layout trial = on;
+    const std::size_t l0 = rng.below(L_);
+    const std::size_t kicks = 1 + rng.below(3);
+    for (std::size_t k = 0; k < kicks; ++k) {
+      const std::size_t l = std::min(L_ - 1, l0 + rng.below(2));
+      const std::size_t g = rng.below(G_);
+      std::size_t h = rng.below(G_ - 1);
+      if (h >= g) ++h;
+      auto& layer = trial[l];
+      if (p_.sizes[l][static_cast<std::size_t>(layer[g])] == p_.sizes[l][static_cast<std::size_t>(layer[h])])
+        std::swap(layer[g], layer[h]);
+    }
+    if (trial == on) continue;
+    descend_window(trial, l0 > 1 ? l0 - 2 : 0, std::min(L_ - 1, l0 + 3));
+    const double value = stage2_objective(p_, trial);
+    if (lowers(value, current) && balanced(trial) == balanced(on)) {
+      on = std::move(trial);
+      current = value;
+    }
+  }
+}
+
+// The chained start keeps the hottest clusters on the same ranks and node in every layer, so those
+// ranks hold far too few experts, and no layer-by-layer move can fix that without raising every
+// pair. Relabelling the ranks of all layers c+1.. at once by a permutation that keeps every link's
+// cost (two ranks of one node, or two whole nodes, rank by rank) changes only pair c's objective
+// and moves whole suffixes of experts between ranks. Greedy: among the 64 moves that reduce the
+// squared deviation of the ranks' totals from the mean most, the cheapest in pair c; until none
+// reduces it or the layout is balanced.
+void Stage2Solver::relabel_segments(Layout& on) {
+  const Stage2Fabric f = stage2_fabric(p_);
+  std::vector<std::vector<std::size_t>> members(f.node_size.size());
+  for (std::size_t g = 0; g < G_; ++g) members[static_cast<std::size_t>(f.dense_node[g])].push_back(g);
+  std::vector<std::vector<std::pair<std::size_t, std::size_t>>> moves;  // transpositions of ranks
+  for (const auto& m : members)
+    for (std::size_t a = 0; a < m.size(); ++a)
+      for (std::size_t b = a + 1; b < m.size(); ++b) moves.push_back({{m[a], m[b]}});
+  for (std::size_t n1 = 0; n1 < members.size(); ++n1)
+    for (std::size_t n2 = n1 + 1; n2 < members.size(); ++n2) {
+      if (members[n1].size() != members[n2].size()) continue;
+      std::vector<std::pair<std::size_t, std::size_t>> swap;
+      for (std::size_t k = 0; k < members[n1].size(); ++k) swap.push_back({members[n1][k], members[n2][k]});
+      moves.push_back(swap);
+    }
+  const double mean = 0.5 * (out_.memory_target_lo + out_.memory_target_hi);
+  for (int round = 0; round < 10000 && !balanced(on) && !out_of_time(); ++round) {
+    std::vector<int> total = stage2::memory_totals(p_, on);
+    // suffix[c][g]: experts on g in layers c+1..
+    std::vector<std::vector<int>> suffix(L_, std::vector<int>(G_, 0));
+    for (std::size_t c = L_ - 1; c-- > 0;)
+      for (std::size_t g = 0; g < G_; ++g)
+        suffix[c][g] = suffix[c + 1][g] + p_.sizes[c + 1][static_cast<std::size_t>(on[c + 1][g])];
+    struct Cand {
+      double dev;
+      std::size_t c, m;
+    };
+    std::vector<Cand> cands;
+    for (std::size_t c = 0; c + 1 < L_; ++c)
+      for (std::size_t m = 0; m < moves.size(); ++m) {
+        double d = 0.0;
+        for (const auto& [g, h] : moves[m]) {
+          const double tg = total[g] - suffix[c][g] + suffix[c][h], th = total[h] - suffix[c][h] + suffix[c][g];
+          d += (tg - mean) * (tg - mean) + (th - mean) * (th - mean) - (total[g] - mean) * (total[g] - mean) -
+               (total[h] - mean) * (total[h] - mean);
+        }
+        if (d < -1e-9) cands.push_back({d, c, m});
+      }
+    if (cands.empty()) break;
+    const std::size_t keep = std::min<std::size_t>(64, cands.size());
+    std::partial_sort(cands.begin(), cands.begin() + static_cast<long>(keep), cands.end(),
+                      [](const Cand& a, const Cand& b) { return a.dev < b.dev || (a.dev == b.dev && a.c < b.c); });
+    double best = std::numeric_limits<double>::infinity();
+    std::size_t pick = 0;
+    for (std::size_t k = 0; k < keep; ++k) {
+      std::vector<int> next = on[cands[k].c + 1];
+      for (const auto& [g, h] : moves[cands[k].m]) std::swap(next[g], next[h]);
+      const double v = stage2_pair_objective(p_, cands[k].c, on[cands[k].c], next);
+      if (lowers(v, best)) best = v, pick = k;
+    }
+    for (std::size_t l = cands[pick].c + 1; l < L_; ++l)
+      for (const auto& [g, h] : moves[cands[pick].m]) std::swap(on[l][g], on[l][h]);
+  }
+}
+
 // Few ranks: the chain program settles the whole stage, memory rows included. True when it proved
 // the layout optimal.
 bool Stage2Solver::chain_phase(Layout& on) {
@@ -284,11 +417,40 @@ Stage2Result Stage2Solver::solve() {
   for (const auto& s : p_.sizes) experts += std::accumulate(s.begin(), s.end(), 0L);
   out_.memory_target_lo = static_cast<int>(experts / static_cast<long>(G_));
   out_.memory_target_hi = static_cast<int>((experts + static_cast<long>(G_) - 1) / static_cast<long>(G_));
-  stage2::balance_memory(p_, on, out_.memory_target_lo, out_.memory_target_hi);
-  double current = descend(on);
+  // The start is the chain's optimum layer by layer but ignores the memory rows: first bring it as
+  // close to the balance as it goes without raising any bottleneck, then the greedy balancing swaps
+  // (which may raise them), then the descent. Up to 16 ranks the greedy swaps from the start itself
+  // are descended too and the better kept (each descent costs seconds at 64 ranks).
+  Layout kept = on;
+  stage2_balance_within_bottlenecks(p_, kept, out_.memory_target_lo, out_.memory_target_hi, 4 * limits_.sweeps);
+  stage2::balance_memory(p_, kept, out_.memory_target_lo, out_.memory_target_hi);
+  double current = descend(kept);
+  // Many ranks: the chained start relabelled by segments toward the balance first (see
+  // relabel_segments), then the same repair; kept when balanced and better.
+  if (G_ > 16 && L_ > 1) {
+    Layout trial = on;
+    relabel_segments(trial);
+    stage2_balance_within_bottlenecks(p_, trial, out_.memory_target_lo, out_.memory_target_hi, 4 * limits_.sweeps);
+    stage2::balance_memory(p_, trial, out_.memory_target_lo, out_.memory_target_hi);
+    const double value = descend(trial);
+    if (balanced(trial) && (!balanced(kept) || lowers(value, current))) {
+      kept = std::move(trial);
+      current = value;
+    }
+  }
+  if (G_ <= 16) {
+    stage2::balance_memory(p_, on, out_.memory_target_lo, out_.memory_target_hi);
+    const double value = descend(on);
+    if ((balanced(on) && !balanced(kept)) || (balanced(on) == balanced(kept) && !lowers(current, value))) {
+      current = value;
+      kept = std::move(on);
+    }
+  }
+  on = std::move(kept);
   const double node_bound = two_node_phase(on, current);
   const bool proven_by_nodes = balanced(on) && node_bound > 0.0 && close_to(current, node_bound);
-  if (combinatorial_ && L_ > 1 && G_ > 1 && !proven_by_nodes) iterated_local_search(on, current);
+  if (G_ <= 16 && L_ > 1 && G_ > 1 && !proven_by_nodes) iterated_local_search(on, current);
+  if (G_ > 16 && L_ > 1) windowed_local_search(on, current);
   if (G_ <= 5 && L_ > 1)
     stage2::exhaustive_layer_pairs(p_, on, out_.memory_target_lo, out_.memory_target_hi, limits_, deadline_);
   const bool chain_proven = chain_phase(on);

@@ -92,4 +92,12 @@ std::vector<int> stage2_layer_exact(std::size_t G, const std::vector<double>* le
 // `sweeps`. No pair objective rises, so stage2_objective never does. Returns the layers changed.
 int stage2_tie_break(const Stage2Problem& p, std::vector<std::vector<int>>& cluster_on, int lo, int hi, int sweeps);
 
+// The memory balance without giving up objective: per layer, its neighbours fixed, among the layouts
+// whose slowest transfer from the left layer and to the right one are no larger than now, the one
+// whose ranks' expert totals (over all layers) lie closest to (lo + hi) / 2 in squared distance (a
+// min-cost assignment), kept when closer. Forward and backward sweeps until one changes nothing, at
+// most `sweeps`. No pair objective rises. Returns the layers changed; the caller checks the balance.
+int stage2_balance_within_bottlenecks(const Stage2Problem& p, std::vector<std::vector<int>>& cluster_on, int lo,
+                                      int hi, int sweeps);
+
 }  // namespace moesim::sim

@@ -122,7 +122,64 @@ bool tie_break_layer(const Stage2Problem& p, std::vector<std::vector<int>>& clus
   return true;
 }
 
+// Layer l re-solved to bring the ranks' expert totals toward the mean, its neighbours fixed, over the
+// entries that raise neither neighbouring bottleneck: the least sum of squared deviations (a
+// min-cost assignment, the deviation being separable per rank). True when it lowered that sum.
+bool balance_layer(const Stage2Problem& p, std::vector<std::vector<int>>& cluster_on, std::size_t l, double target) {
+  const auto G = static_cast<std::size_t>(p.ranks);
+  const std::size_t L = cluster_on.size();
+  const std::vector<int>& now = cluster_on[l];
+  std::vector<double> wl, sl, wr, sr, cost(G * G);
+  std::vector<char> allowed(G * G);
+  std::vector<int> total(G, 0);
+  for (std::size_t m = 0; m < L; ++m)
+    for (std::size_t g = 0; g < G; ++g) total[g] += p.sizes[m][static_cast<std::size_t>(cluster_on[m][g])];
+  double tl = 0.0, tr = 0.0, before = 0.0;
+  if (l > 0) neighbour_weights(p, l, cluster_on[l - 1], true, wl, sl);
+  if (l + 1 < L) neighbour_weights(p, l, cluster_on[l + 1], false, wr, sr);
+  for (std::size_t g = 0; g < G; ++g) {
+    const std::size_t i = static_cast<std::size_t>(now[g]) * G + g;
+    if (l > 0) tl = std::max(tl, wl[i]);
+    if (l + 1 < L) tr = std::max(tr, wr[i]);
+    before += (total[g] - target) * (total[g] - target);
+  }
+  for (std::size_t c = 0; c < G; ++c)
+    for (std::size_t g = 0; g < G; ++g) {
+      const std::size_t i = c * G + g;
+      const double next = total[g] - p.sizes[l][static_cast<std::size_t>(now[g])] + p.sizes[l][c];
+      allowed[i] = (l == 0 || wl[i] <= tl) && (l + 1 == L || wr[i] <= tr) ? 1 : 0;
+      cost[i] = (next - target) * (next - target);
+    }
+  std::vector<int> next = min_cost_assignment(G, cost, allowed);
+  if (next.empty() || next == now) return false;
+  double after = 0.0;
+  for (std::size_t g = 0; g < G; ++g) after += cost[static_cast<std::size_t>(next[g]) * G + g];
+  if (after >= before - 1e-9) return false;
+  cluster_on[l] = std::move(next);
+  return true;
+}
+
 }  // namespace
+
+int stage2_balance_within_bottlenecks(const Stage2Problem& p, std::vector<std::vector<int>>& cluster_on, int lo,
+                                      int hi, int sweeps) {
+  const auto G = static_cast<std::size_t>(p.ranks);
+  const std::size_t L = cluster_on.size();
+  if (L < 1 || G < 2) return 0;
+  const double target = 0.5 * (lo + hi);
+  int changes = 0;
+  for (int sweep = 0; sweep < sweeps; ++sweep) {
+    bool any = false;
+    for (std::size_t k = 0; k < L; ++k) {
+      const std::size_t l = sweep % 2 == 0 ? k : L - 1 - k;
+      if (!balance_layer(p, cluster_on, l, target)) continue;
+      ++changes;
+      any = true;
+    }
+    if (!any) break;
+  }
+  return changes;
+}
 
 int stage2_tie_break(const Stage2Problem& p, std::vector<std::vector<int>>& cluster_on, int lo, int hi, int sweeps) {
   const auto G = static_cast<std::size_t>(p.ranks);

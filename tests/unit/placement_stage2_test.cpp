@@ -682,3 +682,87 @@ TEST_CASE("stage 2 tie-break: no pair rises, memory kept, every layer least volu
     }
   CHECK(changed > 0);
 }
+
+TEST_CASE("stage 2 balance within bottlenecks: no pair rises, every layer closest to the balance (brute force)") {
+  const std::vector<std::vector<int>> shapes = {{0, 0, 0, 1, 1, 1}, {0, 0, 1, 1, 2, 2}, {0, 0, 0, 0, 0, 0}};
+  int changed = 0, closer = 0;
+  for (std::size_t k = 0; k < shapes.size(); ++k)
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      CAPTURE(k);
+      CAPTURE(seed);
+      Rng rng(seed * 13 + 5 * k);
+      const sim::Stage2Problem p = random_problem(rng, 4, shapes[k], k == 2 ? 1.0 : 36.0);
+      const auto G = static_cast<std::size_t>(p.ranks);
+      const std::size_t L = p.sizes.size();
+      int lo = 0, hi = 0;
+      memory_target(p, lo, hi);
+      const double target = 0.5 * (lo + hi);
+      // A random start, most likely outside the memory range.
+      std::vector<std::vector<int>> on(L, std::vector<int>(G));
+      for (auto& layer : on) {
+        std::iota(layer.begin(), layer.end(), 0);
+        for (std::size_t g = G; g > 1; --g) std::swap(layer[g - 1], layer[rng.next() % g]);
+      }
+      auto deviation = [&](const std::vector<std::vector<int>>& layout) {
+        double d = 0.0;
+        for (std::size_t g = 0; g < G; ++g) {
+          double t = 0.0;
+          for (std::size_t l = 0; l < L; ++l) t += p.sizes[l][static_cast<std::size_t>(layout[l][g])];
+          d += (t - target) * (t - target);
+        }
+        return d;
+      };
+      const std::vector<std::vector<int>> start = on;
+      changed += sim::stage2_balance_within_bottlenecks(p, on, lo, hi, 100);
+      CHECK(sim::stage2_balance_within_bottlenecks(p, on, lo, hi, 100) == 0);  // converged
+      for (std::size_t l = 0; l + 1 < L; ++l)
+        CHECK(sim::stage2_pair_objective(p, l, on[l], on[l + 1]) <=
+              sim::stage2_pair_objective(p, l, start[l], start[l + 1]));
+      const double d = deviation(on);
+      CHECK(d <= deviation(start));
+      closer += d < deviation(start) ? 1 : 0;
+      // No layout of one layer, the rest fixed, keeps both adjacent pairs at or below their objectives
+      // and lies closer to the balance.
+      const auto perms = all_perms(G);
+      for (std::size_t l = 0; l < L; ++l) {
+        const double left = l > 0 ? sim::stage2_pair_objective(p, l - 1, on[l - 1], on[l]) : 0.0;
+        const double right = l + 1 < L ? sim::stage2_pair_objective(p, l, on[l], on[l + 1]) : 0.0;
+        std::vector<std::vector<int>> trial = on;
+        for (const auto& perm : perms) {
+          trial[l] = perm;
+          if (l > 0 && sim::stage2_pair_objective(p, l - 1, trial[l - 1], trial[l]) > left) continue;
+          if (l + 1 < L && sim::stage2_pair_objective(p, l, trial[l], trial[l + 1]) > right) continue;
+          CHECK(deviation(trial) >= d - 1e-9);
+        }
+      }
+    }
+  CHECK(changed > 0);
+  CHECK(closer > 0);
+}
+
+TEST_CASE("stage 2 beyond 16 ranks: balanced, the objective recomputes, the bound below it, deterministic") {
+  std::vector<int> node(32);
+  for (std::size_t g = 0; g < node.size(); ++g) node[g] = static_cast<int>(g / 8);
+  for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+    CAPTURE(seed);
+    Rng rng(seed * 31 + 7);
+    sim::Stage2Problem p = random_problem(rng, 12, node, 36.0);
+    // Hot clusters of one expert each with heavy traffic between them in every layer, as MoETuner's
+    // stage 1 makes them: the chained start piles them onto the same ranks.
+    for (std::size_t l = 0; l < p.sizes.size(); ++l)
+      for (std::size_t c = 0; c < 4; ++c) p.sizes[l][c] = 1;
+    for (auto& t : p.traffic)
+      for (std::size_t a = 0; a < 4; ++a)
+        for (std::size_t b = 0; b < 4; ++b) t[a * 32 + b] *= 50.0;
+    int lo = 0, hi = 0;
+    memory_target(p, lo, hi);
+    const sim::Stage2Result r = sim::moetuner_stage2(p, sim::SolverLimits{});
+    CHECK(r.memory_min >= lo);
+    CHECK(r.memory_max <= hi);
+    CHECK(r.report.objective == doctest::Approx(sim::stage2_objective(p, r.cluster_on)).epsilon(1e-12));
+    CHECK(r.report.bound <= r.report.objective * (1 + 1e-12));
+    CHECK(r.report.bound > 0.0);
+    const sim::Stage2Result again = sim::moetuner_stage2(p, sim::SolverLimits{});
+    CHECK(again.cluster_on == r.cluster_on);
+  }
+}

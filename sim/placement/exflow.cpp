@@ -197,30 +197,48 @@ Placement ExflowPolicy::place(const PlacementInput& input) const {
   // Sweeps: each layer re-solved given both neighbours, kept only when strictly cheaper, so the
   // objective falls at every kept move and the loop ends; a sweep that keeps none is a fixed point.
   // A layer whose neighbours have not moved since it was last solved would come out the same, so it
-  // is skipped (`stale`: a neighbour moved since).
+  // is skipped (`stale`: a neighbour moved since). One layer at a time reaches a local optimum only,
+  // and the forward pass can lead to a worse one than the contiguous layout (a chain of layers that
+  // each fit the one before drifts from the layouts later layers prefer): the sweeps run from both
+  // starts, and the cheaper end wins (ties: the forward pass).
   constexpr int kMaxSweeps = 50;
   int sweeps = 0, kept = 0, solves = 0;
-  bool converged = L < 2;
-  std::vector<char> stale(L, 1);
-  while (!converged && sweeps < kMaxSweeps) {
-    ++sweeps;
-    int kept_now = 0;
-    for (std::size_t l = 0; l < L; ++l) {
-      if (!stale[l]) continue;
-      stale[l] = 0;
-      ++solves;
-      const std::vector<double> costs = layer_costs(rank, pairs, cost, l, E, G, true, true);
-      const double current = layer_cost_of(costs, rank[l], G);
-      auto [better, value] = solve_layer(costs, E, G);
-      if (value < current - 1e-12 * std::max(1e-12, current)) {
-        rank[l] = std::move(better);
-        ++kept_now;
-        if (l > 0) stale[l - 1] = 1;
-        if (l + 1 < L) stale[l + 1] = 1;
+  auto improve = [&](std::vector<std::vector<int>>& at) {
+    bool done = L < 2;
+    std::vector<char> stale(L, 1);
+    int rounds = 0;
+    while (!done && rounds < kMaxSweeps) {
+      ++rounds;
+      int kept_now = 0;
+      for (std::size_t l = 0; l < L; ++l) {
+        if (!stale[l]) continue;
+        stale[l] = 0;
+        ++solves;
+        const std::vector<double> costs = layer_costs(at, pairs, cost, l, E, G, true, true);
+        const double current = layer_cost_of(costs, at[l], G);
+        auto [better, value] = solve_layer(costs, E, G);
+        if (value < current - 1e-12 * std::max(1e-12, current)) {
+          at[l] = std::move(better);
+          ++kept_now;
+          if (l > 0) stale[l - 1] = 1;
+          if (l + 1 < L) stale[l + 1] = 1;
+        }
       }
+      kept += kept_now;
+      done = kept_now == 0;
     }
-    kept += kept_now;
-    converged = kept_now == 0;
+    sweeps += rounds;
+    return done;
+  };
+  bool converged = improve(rank);
+  std::vector<std::vector<int>> from_contiguous(L, rank[0]);
+  for (std::size_t e = 0; e < E; ++e) from_contiguous[0][e] = static_cast<int>(e / slots);
+  for (std::size_t l = 1; l < L; ++l) from_contiguous[l] = from_contiguous[0];
+  const bool converged_contiguous = improve(from_contiguous);
+  const bool contiguous_start = total_cost(from_contiguous, pairs, cost, E, G) < total_cost(rank, pairs, cost, E, G);
+  if (contiguous_start) {
+    rank = std::move(from_contiguous);
+    converged = converged_contiguous;
   }
   const double objective = total_cost(rank, pairs, cost, E, G);
   for (std::size_t l = 0; l < L; ++l)
@@ -243,6 +261,7 @@ Placement ExflowPolicy::place(const PlacementInput& input) const {
                "their ranks"},
               {"contiguous_objective", contiguous},
               {"forward_pass_objective", forward},
+              {"start", contiguous_start ? "contiguous" : "forward pass"},
               {"sweeps", sweeps},
               {"layer_solves", solves},
               {"layer_solves_kept", kept},

@@ -178,6 +178,9 @@ TEST_CASE("exflow: lowers the affinity objective against contiguous on the shipp
     CHECK(ex.report["objective"].get<double>() == doctest::Approx(ex_obj));
     CHECK(ex.report["contiguous_objective"].get<double>() == doctest::Approx(cont_obj));
     CHECK(ex.report["status"] == "converged");
+    // The sweeps also run from the contiguous layout: never worse than it, whatever the forward pass found.
+    CHECK(ex.report["objective"].get<double>() <= ex.report["contiguous_objective"].get<double>());
+    CHECK((ex.report["start"] == "contiguous" || ex.report["start"] == "forward pass"));
     CHECK(ex.report["cross_layer_pairs"] == (residence ? "next_owner (residence dispatch)" : "next"));
     // Deterministic.
     CHECK(registry.create("exflow")->place(input).ranks == ex.ranks);

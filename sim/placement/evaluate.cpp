@@ -82,54 +82,7 @@ Routed route_trace(const CheckedPlacement& c, traces::TraceReader& reader, const
   const auto k = static_cast<std::size_t>(shape.top_k);
   const auto G = static_cast<std::size_t>(p.ep);
   const double token_bytes = static_cast<double>(c.arch.hidden_size) * models::dtype_bytes(c.arch.dtype);
-  Routed out;
-  out.load.assign(L, std::vector<double>(G, 0.0));
-  e.pair_bytes.assign(G, std::vector<double>(G, 0.0));
-  std::uint64_t index = 0, ordinal = 0;
-  std::uint32_t last_seq = 0;
-  bool first = true;
-  traces::TokenBlock block;
-  std::vector<int> dests;
-  while (reader.next(block)) {
-    for (std::size_t t = 0; t < block.size(); ++t, ++index) {
-      if (!first && block.sequence[t] != last_seq) ++ordinal;
-      first = false;
-      last_seq = block.sequence[t];
-      const int home = home_rank(ordinal, p.ep);
-      for (std::size_t l = 0; l < L; ++l) {
-        dests.clear();
-        for (std::size_t j = 0; j < k; ++j) {
-          const int chosen = replica_for(p.ranks[l][block.experts[(t * L + l) * k + j]], home, index, node);
-          out.load[l][static_cast<std::size_t>(chosen)] += 1.0;
-          if (std::find(dests.begin(), dests.end(), chosen) == dests.end()) dests.push_back(chosen);
-        }
-        for (int r : dests) {
-          e.transfers += 1.0;
-          if (r == home) continue;
-          out.off_gpu += 1.0;
-          if (node[static_cast<std::size_t>(r)] != node[static_cast<std::size_t>(home)]) out.off_node += 1.0;
-          e.pair_bytes[static_cast<std::size_t>(home)][static_cast<std::size_t>(r)] += token_bytes;
-        }
-      }
-    }
-  }
-  e.tokens = index;
-  return out;
-}
-
-// The same under residence dispatch: a token starts the step on its home rank; at each layer its
-// copies are chosen from where it lives (replica_for with the residence rank as home), the token is
-// sent to every chosen rank but that one, and every chosen rank but the owner (owner_rank) sends its
-// partial output to the owner, where the token lives for the next layer. After the last MoE layer it
-// stays on its owner (the next step starts again from the home rank): no return is counted.
-Routed route_trace_residence(const CheckedPlacement& c, traces::TraceReader& reader, const std::vector<int>& node,
-                             PlacementEvaluation& e) {
-  const Placement& p = c.placement;
-  const auto& shape = reader.meta().shape;
-  const std::size_t L = shape.layers.size();
-  const auto k = static_cast<std::size_t>(shape.top_k);
-  const auto G = static_cast<std::size_t>(p.ep);
-  const double token_bytes = static_cast<double>(c.arch.hidden_size) * models::dtype_bytes(c.arch.dtype);
+  const bool residence = e.residence;
   Routed out;
   out.load.assign(L, std::vector<double>(G, 0.0));
   e.pair_bytes.assign(G, std::vector<double>(G, 0.0));
@@ -138,46 +91,54 @@ Routed route_trace_residence(const CheckedPlacement& c, traces::TraceReader& rea
   bool first = true;
   traces::TokenBlock block;
   std::vector<int> chosen, dests;
-  // One message from rank a to rank b (a != b): counted, and its bytes when it crosses nodes.
+  // One message from rank a to rank b (a != b): counted, and (residence) its bytes when it crosses nodes.
   auto send = [&](int a, int b) {
     out.off_gpu += 1.0;
     e.pair_bytes[static_cast<std::size_t>(a)][static_cast<std::size_t>(b)] += token_bytes;
     if (node[static_cast<std::size_t>(a)] == node[static_cast<std::size_t>(b)]) return;
     out.off_node += 1.0;
-    e.bytes_off_node += token_bytes;
+    if (residence) e.bytes_off_node += token_bytes;
   };
   while (reader.next(block)) {
     for (std::size_t t = 0; t < block.size(); ++t, ++index) {
       if (!first && block.sequence[t] != last_seq) ++ordinal;
       first = false;
       last_seq = block.sequence[t];
-      int residence = home_rank(ordinal, p.ep);
+      // Flat: every layer's dispatch starts at the home rank. Residence (routing_rule.hpp): the token
+      // starts the step there; at each layer its copies are chosen from where it lives (replica_for
+      // with that rank as home), the token goes to every chosen rank but that one, and every chosen
+      // rank but the owner (owner_rank) sends its partial output to the owner, where the token lives
+      // for the next layer. After the last MoE layer it stays there: no return is counted.
+      int at = home_rank(ordinal, p.ep);
       for (std::size_t l = 0; l < L; ++l) {
         chosen.clear();
         dests.clear();
         for (std::size_t j = 0; j < k; ++j) {
-          const int r = replica_for(p.ranks[l][block.experts[(t * L + l) * k + j]], residence, index, node);
+          const int r = replica_for(p.ranks[l][block.experts[(t * L + l) * k + j]], at, index, node);
           chosen.push_back(r);  // top-k order, as owner_rank reads it
           out.load[l][static_cast<std::size_t>(r)] += 1.0;
           if (std::find(dests.begin(), dests.end(), r) == dests.end()) dests.push_back(r);
         }
-        const int owner = owner_rank(chosen);
         for (int r : dests) {
           e.transfers += 1.0;
-          if (r != residence) send(residence, r);
+          if (r != at) send(at, r);
         }
+        if (!residence) continue;
+        const int owner = owner_rank(chosen);
         for (int r : dests) {
           if (r == owner) continue;
           e.transfers += 1.0;
           send(r, owner);
         }
-        residence = owner;
+        at = owner;
       }
     }
   }
   e.tokens = index;
-  e.sends = out.off_gpu;
-  e.sends_off_node = out.off_node;
+  if (residence) {
+    e.sends = out.off_gpu;
+    e.sends_off_node = out.off_node;
+  }
   return out;
 }
 
@@ -225,7 +186,7 @@ void analyse_trace(const CheckedPlacement& c, const std::string& trace, Placemen
   if (const std::string mismatch = models::trace_shape_mismatch(reader->meta().shape, c.arch); !mismatch.empty())
     throw InputError(trace + ": " + mismatch + " (the placement's architecture)");
   const std::vector<int> node = rank_nodes(c.cluster, p.ep, p.tp);
-  const Routed routed = e.residence ? route_trace_residence(c, *reader, node, e) : route_trace(c, *reader, node, e);
+  const Routed routed = route_trace(c, *reader, node, e);
   if (e.tokens == 0) throw InputError(trace + ": the trace has no tokens");
   e.share_off_gpu = e.transfers > 0 ? routed.off_gpu / e.transfers : 0.0;
   e.share_off_node = e.transfers > 0 ? routed.off_node / e.transfers : 0.0;

@@ -40,6 +40,21 @@ class Stage2Solver {
   bool chain_phase(Layout& on);
   void tie_break(Layout& on);
   void relabel_segments(Layout& on);
+  // 1 to 3 random swaps of two ranks' clusters of equal size, each in the layer `pick_layer` draws
+  // (after the swap count); the draws in the same order as the searches have always made them.
+  template <typename Pick>
+  void kick(Layout& trial, SplitMix& rng, Pick pick_layer) const {
+    const std::size_t kicks = 1 + rng.below(3);
+    for (std::size_t k = 0; k < kicks; ++k) {
+      const std::size_t l = pick_layer();
+      const std::size_t g = rng.below(G_);
+      std::size_t h = rng.below(G_ - 1);
+      if (h >= g) ++h;
+      auto& layer = trial[l];
+      if (p_.sizes[l][static_cast<std::size_t>(layer[g])] == p_.sizes[l][static_cast<std::size_t>(layer[h])])
+        std::swap(layer[g], layer[h]);
+    }
+  }
   void finish(Layout on, double node_bound, bool chain_proven);
   bool balanced(const Layout& on) const {
     return stage2::memory_violation(stage2::memory_totals(p_, on), out_.memory_target_lo, out_.memory_target_hi) == 0;
@@ -195,16 +210,7 @@ void Stage2Solver::iterated_local_search(Layout& on, double& current) {
   SplitMix rng(0x243f6a8885a308d3ULL);
   for (int round = 0; round < limits_.perturbations && !out_of_time(); ++round) {
     Layout trial = on;
-    const std::size_t kicks = 1 + rng.below(3);
-    for (std::size_t k = 0; k < kicks; ++k) {
-      const std::size_t l = rng.below(L_);
-      const std::size_t g = rng.below(G_);
-      std::size_t h = rng.below(G_ - 1);
-      if (h >= g) ++h;
-      auto& layer = trial[l];
-      if (p_.sizes[l][static_cast<std::size_t>(layer[g])] == p_.sizes[l][static_cast<std::size_t>(layer[h])])
-        std::swap(layer[g], layer[h]);
-    }
+    kick(trial, rng, [&] { return rng.below(L_); });
     if (trial == on) continue;
     const double value = descend(trial);
     if (lowers(value, current)) {
@@ -260,16 +266,7 @@ void Stage2Solver::windowed_local_search(Layout& on, double& current) {
     }
     Layout trial = on;
     const std::size_t l0 = rng.below(L_);
-    const std::size_t kicks = 1 + rng.below(3);
-    for (std::size_t k = 0; k < kicks; ++k) {
-      const std::size_t l = std::min(L_ - 1, l0 + rng.below(2));
-      const std::size_t g = rng.below(G_);
-      std::size_t h = rng.below(G_ - 1);
-      if (h >= g) ++h;
-      auto& layer = trial[l];
-      if (p_.sizes[l][static_cast<std::size_t>(layer[g])] == p_.sizes[l][static_cast<std::size_t>(layer[h])])
-        std::swap(layer[g], layer[h]);
-    }
+    kick(trial, rng, [&] { return std::min(L_ - 1, l0 + rng.below(2)); });
     if (trial == on) continue;
     descend_window(trial, l0 > 1 ? l0 - 2 : 0, std::min(L_ - 1, l0 + 3));
     const double value = stage2_objective(p_, trial);

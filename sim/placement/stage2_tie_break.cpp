@@ -82,23 +82,48 @@ void neighbour_weights(const Stage2Problem& p, std::size_t l, const std::vector<
     }
 }
 
+// Layer l's surroundings, its neighbours fixed: each rank's expert total over all layers, and per
+// (cluster, rank) the worst and summed transfers with the layer before (wl, sl) and after (wr, sr);
+// tl and tr are the worst of those on the layer's current layout (its bottlenecks).
+struct LayerSurroundings {
+  std::vector<double> wl, sl, wr, sr;
+  std::vector<int> total;
+  double tl = 0.0, tr = 0.0;
+};
+
+LayerSurroundings surroundings(const Stage2Problem& p, const std::vector<std::vector<int>>& cluster_on, std::size_t l) {
+  const auto G = static_cast<std::size_t>(p.ranks);
+  const std::size_t L = cluster_on.size();
+  LayerSurroundings s;
+  s.total.assign(G, 0);
+  for (std::size_t m = 0; m < L; ++m)
+    for (std::size_t g = 0; g < G; ++g) s.total[g] += p.sizes[m][static_cast<std::size_t>(cluster_on[m][g])];
+  if (l > 0) neighbour_weights(p, l, cluster_on[l - 1], true, s.wl, s.sl);
+  if (l + 1 < L) neighbour_weights(p, l, cluster_on[l + 1], false, s.wr, s.sr);
+  for (std::size_t g = 0; g < G; ++g) {
+    const std::size_t i = static_cast<std::size_t>(cluster_on[l][g]) * G + g;
+    if (l > 0) s.tl = std::max(s.tl, s.wl[i]);
+    if (l + 1 < L) s.tr = std::max(s.tr, s.wr[i]);
+  }
+  return s;
+}
+
 // Layer l re-solved for volume, its neighbours fixed. True when it changed.
 bool tie_break_layer(const Stage2Problem& p, std::vector<std::vector<int>>& cluster_on, std::size_t l, int lo, int hi) {
   const auto G = static_cast<std::size_t>(p.ranks);
   const std::size_t L = cluster_on.size();
   const std::vector<int>& now = cluster_on[l];
-  std::vector<double> wl, sl, wr, sr, cost(G * G);
+  const LayerSurroundings su = surroundings(p, cluster_on, l);
+  const auto &wl = su.wl, &sl = su.sl, &wr = su.wr, &sr = su.sr;
+  const auto& total = su.total;
+  const double tl = su.tl, tr = su.tr;
+  std::vector<double> cost(G * G);
   std::vector<char> allowed(G * G);
-  std::vector<int> total(G, 0);
-  for (std::size_t m = 0; m < L; ++m)
-    for (std::size_t g = 0; g < G; ++g) total[g] += p.sizes[m][static_cast<std::size_t>(cluster_on[m][g])];
-  double tl = 0.0, tr = 0.0, before = 0.0;
-  if (l > 0) neighbour_weights(p, l, cluster_on[l - 1], true, wl, sl);
-  if (l + 1 < L) neighbour_weights(p, l, cluster_on[l + 1], false, wr, sr);
+  double before = 0.0;
   for (std::size_t g = 0; g < G; ++g) {
     const std::size_t i = static_cast<std::size_t>(now[g]) * G + g;
-    if (l > 0) tl = std::max(tl, wl[i]), before += sl[i];
-    if (l + 1 < L) tr = std::max(tr, wr[i]), before += sr[i];
+    if (l > 0) before += sl[i];
+    if (l + 1 < L) before += sr[i];
   }
   for (std::size_t c = 0; c < G; ++c)
     for (std::size_t g = 0; g < G; ++g) {
@@ -129,20 +154,14 @@ bool balance_layer(const Stage2Problem& p, std::vector<std::vector<int>>& cluste
   const auto G = static_cast<std::size_t>(p.ranks);
   const std::size_t L = cluster_on.size();
   const std::vector<int>& now = cluster_on[l];
-  std::vector<double> wl, sl, wr, sr, cost(G * G);
+  const LayerSurroundings su = surroundings(p, cluster_on, l);
+  const auto &wl = su.wl, &wr = su.wr;
+  const auto& total = su.total;
+  const double tl = su.tl, tr = su.tr;
+  std::vector<double> cost(G * G);
   std::vector<char> allowed(G * G);
-  std::vector<int> total(G, 0);
-  for (std::size_t m = 0; m < L; ++m)
-    for (std::size_t g = 0; g < G; ++g) total[g] += p.sizes[m][static_cast<std::size_t>(cluster_on[m][g])];
-  double tl = 0.0, tr = 0.0, before = 0.0;
-  if (l > 0) neighbour_weights(p, l, cluster_on[l - 1], true, wl, sl);
-  if (l + 1 < L) neighbour_weights(p, l, cluster_on[l + 1], false, wr, sr);
-  for (std::size_t g = 0; g < G; ++g) {
-    const std::size_t i = static_cast<std::size_t>(now[g]) * G + g;
-    if (l > 0) tl = std::max(tl, wl[i]);
-    if (l + 1 < L) tr = std::max(tr, wr[i]);
-    before += (total[g] - target) * (total[g] - target);
-  }
+  double before = 0.0;
+  for (std::size_t g = 0; g < G; ++g) before += (total[g] - target) * (total[g] - target);
   for (std::size_t c = 0; c < G; ++c)
     for (std::size_t g = 0; g < G; ++g) {
       const std::size_t i = c * G + g;

@@ -347,13 +347,21 @@ void GraphBuilder::route_moe_layer(StepGraph& g, const StepBatch& batch, const s
   router_->route(moe_index, tokens, chunks, moe_.counts);
   if (low_latency_) router_->count_pairs(moe_index, tokens, moe_.counts);
   count_rank_tokens(g, C, slot);
-  // A token's hidden state goes out to each other rank of its experts, and their results come back.
+  count_sends(g, C, batch.size());
+}
+
+void GraphBuilder::count_sends(StepGraph& g, std::size_t chunks, std::size_t tokens) const {
+  // A token's hidden state goes out to each other rank of its experts, and their results come back
+  // (flat: to where it was sent from; residence: to its owner, LayerCounts::returns).
+  const auto& counts = moe_.counts;
   const int ep = input_.ep;
-  for (std::size_t c = 0; c < C; ++c)
+  for (std::size_t c = 0; c < chunks; ++c)
     for (int h = 0; h < ep; ++h)
       for (int r = 0; r < ep; ++r)
-        if (r != h) g.token_sends += 2 * static_cast<std::uint64_t>(moe_.counts.send(c, h, r));
-  g.token_layers += batch.size();
+        if (r != h)
+          g.token_sends += static_cast<std::uint64_t>(counts.send(c, h, r) +
+                                                      (residence_ ? counts.returned(c, h, r) : counts.send(c, h, r)));
+  g.token_layers += tokens;
 }
 
 void GraphBuilder::count_rank_tokens(StepGraph& g, std::size_t chunks, int slot) const {
@@ -404,16 +412,22 @@ void GraphBuilder::build_moe_layer(StepGraph& g, const StepBatch& batch, const s
   // The layer's input is ready on each home GPU: shared experts start on the compute stream.
   m.attn_done = s.ready;
   add_shared_experts(g, home_tokens, slot, s);
+  add_moe_chunks(g, static_cast<std::size_t>(chunks), slot, s);
+}
+
+void GraphBuilder::add_moe_chunks(StepGraph& g, std::size_t chunks, int slot, Streams& s) {
+  MoeScratch& m = moe_;
   reset_lists(m.arrivals, static_cast<std::size_t>(gpus()));
-  const auto C = static_cast<std::size_t>(chunks);
-  for (std::size_t c = 0; c < C; ++c) {
+  for (std::size_t c = 0; c < chunks; ++c) {
     add_dispatch(g, c, slot, s);
     add_expert_compute(g, c, slot, s);
+    if (residence_) add_owner_shared_experts(g, c, slot, s);
     add_combine(g, c, slot, s);
   }
   for (int gpu = 0; gpu < gpus(); ++gpu)
     m.arrivals[static_cast<std::size_t>(gpu)].push_back(m.compute_done[static_cast<std::size_t>(gpu)]);
-  // The layer ends on a home GPU when its tokens are back, its own expert work and shared experts done.
+  // The layer ends on a GPU when the results of its tokens are in (flat: back home; residence: the
+  // partial outputs of the tokens it owns), its own expert work and shared experts done.
   end_moe_layer(g, s.compute, s);
 }
 
@@ -1112,30 +1126,15 @@ void GraphBuilder::build_residence_moe_layer(StepGraph& g, const StepBatch& batc
   route_residence_layer(router_->placement(), rank_node_, moe_index, arch_.num_experts, arch_.top_k, tokens, chunks,
                         moe_.counts, owner_);
   count_rank_tokens(g, C, slot);
+  count_sends(g, C, T);
   const int ep = input_.ep;
-  for (std::size_t c = 0; c < C; ++c)
-    for (int h = 0; h < ep; ++h)
-      for (int r = 0; r < ep; ++r)
-        if (r != h)
-          g.token_sends += static_cast<std::uint64_t>(moe_.counts.send(c, h, r) + moe_.counts.returned(c, h, r));
-  g.token_layers += T;
   owned_.assign(C, std::vector<long>(static_cast<std::size_t>(ep), 0));
   for (std::size_t i = 0; i < T; ++i) ++owned_[residence_chunk_[i]][static_cast<std::size_t>(owner_[i])];
 
   MoeScratch& m = moe_;
   m.attn_done = s.ready;
   m.shared_done = s.ready;
-  reset_lists(m.arrivals, static_cast<std::size_t>(gpus()));
-  for (std::size_t c = 0; c < C; ++c) {
-    add_dispatch(g, c, slot, s);
-    add_expert_compute(g, c, slot, s);
-    add_owner_shared_experts(g, c, slot, s);
-    add_combine(g, c, slot, s);
-  }
-  for (int gpu = 0; gpu < gpus(); ++gpu)
-    m.arrivals[static_cast<std::size_t>(gpu)].push_back(m.compute_done[static_cast<std::size_t>(gpu)]);
-  // The layer ends on a rank when the partial outputs of the tokens it owns are in and its own work done.
-  end_moe_layer(g, s.compute, s);
+  add_moe_chunks(g, C, slot, s);
   residence_rank_.swap(owner_);
 }
 

@@ -107,6 +107,9 @@ class GraphBuilder {
   void add_kv_recompute(StepGraph& g, const std::vector<long>& resident, int slot, Streams& s);
   void add_owner_shared_experts(StepGraph& g, std::size_t c, int slot, Streams& s);
   void count_rank_tokens(StepGraph& g, std::size_t chunks, int slot) const;
+  void count_sends(StepGraph& g, std::size_t chunks, std::size_t tokens) const;  // StepGraph::token_sends
+  // A MoE layer's chunks (dispatch, experts, combine) after its routing, and the layer's end.
+  void add_moe_chunks(StepGraph& g, std::size_t chunks, int slot, Streams& s);
   // Attention and the dense FFN or MoE block of decoder layer d. `moe_index`: the layer's index
   // among the MoE layers when it is one, advanced past it.
   void build_layer(StepGraph& g, const StepBatch& batch, int d, std::size_t& moe_index,

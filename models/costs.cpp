@@ -268,8 +268,7 @@ ExpertWork attention_core_time(const Profile& profile, const Architecture& arch,
   const AttentionShape& a = arch.attention;
   const auto heads = static_cast<double>(ceil_div(a.num_heads, tp));
   const bool mla = a.kind == "mla";
-  const double kv_per_position = mla ? (a.kv_lora_rank + a.qk_rope_head_dim) * elem
-                                     : 2.0 * static_cast<double>(ceil_div(a.num_kv_heads, tp)) * a.head_dim * elem;
+  const double kv_per_position = kv_projection_width(arch, tp) * elem;
   double flops = 0.0;
   double bytes = 0.0;
   for (std::size_t i = 0; i < batch.new_tokens.size(); ++i) {

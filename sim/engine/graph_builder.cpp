@@ -379,18 +379,21 @@ void GraphBuilder::add_shared_experts(StepGraph& g, const std::vector<long>& hom
   MoeScratch& m = moe_;
   m.shared_done.assign(static_cast<std::size_t>(gpus()), 0);
   if (arch_.num_shared_experts == 0) return;
+  for (int gpu = 0; gpu < gpus(); ++gpu)
+    m.shared_done[static_cast<std::size_t>(gpu)] =
+        add_compute(g, gpu, Category::kShared, slot, shared_expert_work(home_tokens[static_cast<std::size_t>(gpu / input_.tp)]),
+                    s, {s.ready[static_cast<std::size_t>(gpu)]});
+}
+
+// The shared experts of `tokens` tokens on one GPU (TP-sharded), with their activation and the sum of
+// their output into the routed experts'.
+models::ExpertWork GraphBuilder::shared_expert_work(long tokens) const {
   const int tp = input_.tp;
   const long ffn = static_cast<long>(arch_.num_shared_experts) * arch_.shared_expert_ffn_size;
-  for (int gpu = 0; gpu < gpus(); ++gpu) {
-    const long tokens = home_tokens[static_cast<std::size_t>(gpu / tp)];
-    const auto rows = static_cast<double>(tokens);
-    const models::ExpertWork w =
-        models::dense_ffn_time(profile_, arch_, tokens, ffn, tp) +
-        models::elementwise_time(profile_, models::activation_elementwise(arch_, rows, ffn, tp)) +
-        models::elementwise_time(profile_, models::moe_sum_elementwise(arch_, rows));
-    m.shared_done[static_cast<std::size_t>(gpu)] =
-        add_compute(g, gpu, Category::kShared, slot, w, s, {s.ready[static_cast<std::size_t>(gpu)]});
-  }
+  const auto rows = static_cast<double>(tokens);
+  return models::dense_ffn_time(profile_, arch_, tokens, ffn, tp) +
+         models::elementwise_time(profile_, models::activation_elementwise(arch_, rows, ffn, tp)) +
+         models::elementwise_time(profile_, models::moe_sum_elementwise(arch_, rows));
 }
 
 void GraphBuilder::end_moe_layer(StepGraph& g, const std::vector<std::uint32_t>& wait, Streams& s) {
@@ -1002,6 +1005,7 @@ void GraphBuilder::map_tokens(const StepBatch& batch) {
     first[r] = entries;
     entries += batch.attention[r].new_tokens.size();
   }
+  entries_ = entries;
   for (std::size_t i = 0; i < T; ++i) {
     const auto h = static_cast<std::size_t>(batch.home[i]);
     const auto& a = batch.attention.at(h);
@@ -1049,7 +1053,7 @@ std::vector<models::AttentionBatch> GraphBuilder::resident_attention(const StepB
 }
 
 bool GraphBuilder::entries_split() const {
-  std::vector<int> rank_of(token_entry_.empty() ? 0 : *std::max_element(token_entry_.begin(), token_entry_.end()) + 1, -1);
+  std::vector<int> rank_of(entries_, -1);
   for (std::size_t i = 0; i < residence_rank_.size(); ++i) {
     int& r = rank_of[token_entry_[i]];
     if (r >= 0 && r != residence_rank_[i]) return true;
@@ -1098,16 +1102,10 @@ void GraphBuilder::add_kv_recompute(StepGraph& g, const std::vector<long>& resid
 void GraphBuilder::add_owner_shared_experts(StepGraph& g, std::size_t c, int slot, Streams& s) {
   MoeScratch& m = moe_;
   if (arch_.num_shared_experts == 0) return;
-  const int tp = input_.tp;
-  const long ffn = static_cast<long>(arch_.num_shared_experts) * arch_.shared_expert_ffn_size;
   for (int gpu = 0; gpu < gpus(); ++gpu) {
-    const long tokens = owned_[c][static_cast<std::size_t>(gpu / tp)];
+    const long tokens = owned_[c][static_cast<std::size_t>(gpu / input_.tp)];
     if (tokens == 0) continue;
-    const auto rows = static_cast<double>(tokens);
-    const models::ExpertWork w =
-        models::dense_ffn_time(profile_, arch_, tokens, ffn, tp) +
-        models::elementwise_time(profile_, models::activation_elementwise(arch_, rows, ffn, tp)) +
-        models::elementwise_time(profile_, models::moe_sum_elementwise(arch_, rows));
+    const models::ExpertWork w = shared_expert_work(tokens);
     const auto arrived = g.add(Task{});
     g.edge(m.attn_done[static_cast<std::size_t>(gpu)], arrived);
     for (auto x : m.into[static_cast<std::size_t>(gpu)]) g.edge(x, arrived);

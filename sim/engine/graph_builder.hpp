@@ -106,6 +106,7 @@ class GraphBuilder {
   void add_coherence_gather(StepGraph& g, double bytes_per_gpu_group, int slot, Streams& s);
   void add_kv_recompute(StepGraph& g, const std::vector<long>& resident, int slot, Streams& s);
   void add_owner_shared_experts(StepGraph& g, std::size_t c, int slot, Streams& s);
+  models::ExpertWork shared_expert_work(long tokens) const;
   void count_rank_tokens(StepGraph& g, std::size_t chunks, int slot) const;
   void count_sends(StepGraph& g, std::size_t chunks, std::size_t tokens) const;  // StepGraph::token_sends
   // A MoE layer's chunks (dispatch, experts, combine) after its routing, and the layer's end.
@@ -208,6 +209,7 @@ class GraphBuilder {
   std::vector<std::size_t> token_entry_;
   std::vector<long> token_position_;
   std::vector<char> token_head_;
+  std::size_t entries_ = 0;  // the step's sequence entries (over every rank's attention)
   std::vector<std::vector<long>> owned_;
   double weight_bytes_ = 0.0;  // residence: the weights a GPU holds (the most of any GPU), bytes
   bool port_phases_ = false;

@@ -59,6 +59,11 @@ double network_tolerance_ran(const std::vector<SimResult>& timelines) {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+// An optional number of a results object: NaN where the key is absent or not a number.
+double number_or_nan(const nlohmann::json& obj, const char* key) {
+  return obj.contains(key) && obj.at(key).is_number() ? obj.at(key).get<double>() : kNaN;
+}
+
 nlohmann::json jnum(double x) { return std::isnan(x) ? nlohmann::json(nullptr) : nlohmann::json(x); }
 
 std::vector<std::string> split_path(std::string_view path) {
@@ -403,7 +408,7 @@ VariantResult variant_result_from_json(const nlohmann::json& j, const std::strin
     if (!c.json_path.empty()) v.summary.*c.field = r.column(c);
   if (j.contains("traffic") && j.at("traffic").is_object()) {
     const auto& tr = j.at("traffic");
-    auto get = [&](const char* k) { return tr.contains(k) && tr.at(k).is_number() ? tr.at(k).get<double>() : kNaN; };
+    auto get = [&](const char* k) { return number_or_nan(tr, k); };
     v.summary.sends_per_token_layer = get("sends_per_token_layer");
     v.summary.intra_node_bytes = get("intra_node_bytes");
     v.summary.inter_node_bytes = get("inter_node_bytes");
@@ -413,7 +418,7 @@ VariantResult variant_result_from_json(const nlohmann::json& j, const std::strin
   }
   if (j.contains("rebalance") && j.at("rebalance").is_object()) {
     const auto& rb = j.at("rebalance");
-    auto get = [&](const char* k) { return rb.contains(k) && rb.at(k).is_number() ? rb.at(k).get<double>() : kNaN; };
+    auto get = [&](const char* k) { return number_or_nan(rb, k); };
     v.summary.rebalances = get("rebalances");
     v.summary.experts_moved = get("experts_moved");
     v.summary.moved_bytes = get("moved_bytes");

@@ -12,6 +12,8 @@ void add_study_options(po::options_description& opts, StudyArgs& args) {
 }
 
 sim::Study load_study_args(const StudyArgs& args) {
+  check_option_lengths("--set", args.sets);
+  check_option_lengths("--cfg", args.cfgs);
   sim::Study study = sim::load_study(args.study_path, args.sets);
   sim::add_simgrid_settings(study, args.cfgs);
   return study;

@@ -151,9 +151,9 @@ int parallel_jobs() {
   int n = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
   if (ec != std::errc() || end != text.data() + text.size() || n < 1 || n > kMaxJobs)
-    throw common::UsageError("MOESIM_JOBS=" + common::quoted(text, 40) + ": expected a whole number of simulation "
-                             "processes from 1 to " + std::to_string(kMaxJobs) + "; unset it to use every usable CPU (" +
-                             std::to_string(usable_cpus()) + ")");
+    throw common::UsageError("MOESIM_JOBS=" + common::quoted(text, 40) +
+                             ": expected a whole number of simulation processes from 1 to " + std::to_string(kMaxJobs) +
+                             "; unset it to use every usable CPU (" + std::to_string(usable_cpus()) + ")");
   return n;
 }
 

@@ -391,7 +391,7 @@ const std::vector<BadCase> kBadStudies = {
      "base.profile: cannot use it: " + (moesim::testing::test_data_dir() / "profiles").string() +
          "/bad_profile_zero_bandwidth.yaml:9:18: device.hbm_bandwidth: expected a bandwidth of at least 1 B/s"},
     {"bad_study_cluster_too_large", "6:12",
-     "base.cluster: expected a cluster of at most 16384 GPUs (a study simulates every GPU of its cluster), got "
+     "base.cluster: expected a cluster of at most 4096 GPUs (a study simulates every GPU of its cluster), got "
      "cluster_1m_gpus with 1000000"},
     {"bad_study_ep_above_experts", "10:9",
      "base.parallelism.ep: expected ep at most 8 (the 8 experts of tiny-moe: every EP rank holds at least one "

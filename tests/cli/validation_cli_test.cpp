@@ -23,6 +23,8 @@ namespace {
 std::string good_study() { return (test_data_dir() / "studies" / "good_single.yaml").string(); }
 std::string studies(const std::string& name) { return (test_data_dir() / "studies" / name).string(); }
 std::string profiles(const std::string& name) { return (test_data_dir() / "profiles" / name).string(); }
+// Malformed YAML of any kind: the config loader's bad files serve as profiles too.
+std::string bad_yaml(const std::string& name) { return (test_data_dir() / "configs" / name).string(); }
 
 bool empty_or_absent(const fs::path& dir) {
   std::error_code ec;
@@ -48,9 +50,10 @@ TEST_CASE("validation cli: study --check reads the profile; a bad one exits 2 na
                        std::string(20000, ']') + "\n");
   const std::vector<std::string> bad = {
       profiles("bad_profile_zero_bandwidth.yaml"), profiles("bad_profile_nan_bandwidth.yaml"),
-      profiles("bad_profile_zero_flops.yaml"),     profiles("bad_profile_binary.yaml"),
-      profiles("bad_profile_empty.yaml"),          profiles("bad_profile_malformed.yaml"),
-      profiles("bad_profile_alias_bomb.yaml"),     deep.string()};
+      profiles("bad_profile_zero_flops.yaml"),     bad_yaml("bad_yaml_binary.yaml"),
+      bad_yaml("bad_yaml_empty.yaml"),             bad_yaml("bad_yaml_syntax.yaml"),
+      bad_yaml("bad_yaml_anchor.yaml"),            bad_yaml("bad_yaml_too_deep.yaml"),
+      deep.string()};
   const fs::path out = tmp / "out";
   for (const std::string& profile : bad) {
     CAPTURE(profile);

@@ -50,20 +50,6 @@ void print_outcome(const sim::StudyOutcome& outcome, const std::string& dir, Con
   ctx.out << "Report: " << report << "\n";
 }
 
-// --check with -o: the folder rules a run applies first (sim::run_study), so that a check passes
-// only where the run would start.
-void check_output_folder(const std::string& out_dir, bool resume, bool force) {
-  if (out_dir.empty()) return;
-  std::error_code ec;
-  const fs::path dir(out_dir);
-  if (!fs::exists(dir, ec)) return;
-  if (!fs::is_directory(dir, ec))
-    throw common::UsageError(out_dir + " exists and is not a folder; choose another -o");
-  if (!resume && !force && !fs::is_empty(dir, ec))
-    throw common::UsageError(out_dir + " is not empty; pass --resume to continue the study it holds, --force to "
-                             "write into it and run every variant again, or choose another -o");
-}
-
 int study_command(const Args& args, Context& ctx) {
   po::options_description opts("Options");
   StudyArgs a;
@@ -91,7 +77,10 @@ int study_command(const Args& args, Context& ctx) {
   const auto indices = sim::shard_variants(study.variants.size(), shard.value_or(sim::Shard{}));
   sim::parallel_jobs();  // a bad MOESIM_JOBS is refused before anything runs or is written
   if ((*vm)["check"].as<bool>()) {
-    check_output_folder(a.out_dir, (*vm)["resume"].as<bool>(), (*vm)["force"].as<bool>());
+    // --resume continues only a folder that holds a study run (its study.json).
+    std::error_code ec;
+    const bool resumable = (*vm)["resume"].as<bool>() && fs::exists(fs::path(a.out_dir) / "study.json", ec);
+    check_output_folder(a.out_dir, resumable || (*vm)["force"].as<bool>());
     ctx.out << "ok: study " << study.name << " (" << study.source_file << "): " << study.variants.size()
             << " variants, baseline " << study.baseline;
     if (shard) ctx.out << "; shard " << shard->index << "/" << shard->count << " runs " << indices.size();

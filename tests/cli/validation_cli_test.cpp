@@ -154,17 +154,26 @@ TEST_CASE("validation cli: a huge --set is refused without echoing it whole") {
   }
 }
 
-TEST_CASE("validation cli: study --check -o refuses an output that the run would refuse") {
+TEST_CASE("validation cli: study and run --check -o refuse an output that the run would refuse") {
   TempDir tmp;
   const fs::path file = tmp / "results.txt";
   write_text(file, "not a folder\n");
-  const CliResult r = run_moesim({"study", good_study(), "--check", "-o", file.string()});
-  CHECK(r.exit_code == 2);
-  CHECK_MESSAGE(r.err.find(file.string() + " exists and is not a folder") != std::string::npos, r.err);
   const fs::path full = tmp / "full";
   fs::create_directories(full);
   write_text(full / "x", "x\n");
-  CHECK(run_moesim({"study", good_study(), "--check", "-o", full.string()}).exit_code == 2);
-  CHECK(run_moesim({"study", good_study(), "--check", "-o", full.string(), "--force"}).exit_code == 0);
-  CHECK(run_moesim({"study", good_study(), "--check", "-o", (tmp / "new").string()}).exit_code == 0);
+  for (const char* command : {"study", "run"}) {
+    CAPTURE(command);
+    const CliResult r = run_moesim({command, good_study(), "--check", "-o", file.string()});
+    CHECK(r.exit_code == 2);
+    CHECK_MESSAGE(r.err.find(file.string() + " exists and is not a folder") != std::string::npos, r.err);
+    const CliResult f = run_moesim({command, good_study(), "--check", "-o", full.string()});
+    CHECK(f.exit_code == 2);
+    CHECK_MESSAGE(f.err.find(full.string() + " is not empty") != std::string::npos, f.err);
+    CHECK(run_moesim({command, good_study(), "--check", "-o", full.string(), "--force"}).exit_code == 0);
+    CHECK(run_moesim({command, good_study(), "--check", "-o", (tmp / "new").string()}).exit_code == 0);
+  }
+  // --resume needs a folder that holds a study run.
+  CHECK(run_moesim({"study", good_study(), "--check", "-o", full.string(), "--resume"}).exit_code == 2);
+  write_text(full / "study.json", "{}\n");
+  CHECK(run_moesim({"study", good_study(), "--check", "-o", full.string(), "--resume"}).exit_code == 0);
 }

@@ -393,6 +393,8 @@ const std::vector<BadCase> kBadStudies = {
     {"bad_study_cluster_too_large", "6:12",
      "base.cluster: expected a cluster of at most 4096 GPUs (a study simulates every GPU of its cluster), got "
      "cluster_1m_gpus with 1000000"},
+    {"bad_study_low_latency_profile", "18:20",
+     "base.dispatch.mode: expected flat or hierarchical with profile tiny, which has no low_latency_kernels section"},
     {"bad_study_ep_above_experts", "10:9",
      "base.parallelism.ep: expected ep at most 8 (the 8 experts of tiny-moe: every EP rank holds at least one "
      "expert), got 128"},

@@ -63,7 +63,7 @@ TEST_CASE("validation: decode of a one-sequence trace file wraps and reuses the 
       REQUIRE(step.size() == 3);
       for (long c : step.attention[0].context) CHECK(c < length);
     }
-    CHECK(source->repeated() == (length < 2 * length + 10));
+    CHECK(source->repeated());  // more steps than tokens: the trace was read again
   }
 }
 

@@ -42,7 +42,7 @@ struct ScopedEnv {
 
 }  // namespace
 
-TEST_CASE("validation cli: study --check reads the profile; a bad one exits 2 naming it, and the run writes nothing") {
+TEST_CASE("validation cli: study --check reads the profile: a bad one exits 2 naming it, and the run writes nothing") {
   TempDir tmp;
   // 20,000 nested lists: refused by depth, never by the stack.
   const fs::path deep = tmp / "deep_profile.yaml";

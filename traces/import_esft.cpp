@@ -50,6 +50,12 @@ void split_line(std::string_view line, const std::string& where, EsftLine& out) 
   if (sep == std::string_view::npos)
     throw common::InputError(where + ": no two-tab separator: expected the expert ids, two tabs, then the gate "
                              "weights");
+  if (sep == 0)
+    throw common::InputError(where + ": no expert ids before the two-tab separator: expected the expert ids of one "
+                             "sequence, two tabs, then the gate weights");
+  if (sep + 2 == line.size())
+    throw common::InputError(where + ": no gate weights after the two-tab separator: expected the expert ids of one "
+                             "sequence, two tabs, then the gate weights");
   split_tabs(line.substr(0, sep), out.ids);
   split_tabs(line.substr(sep + 2), out.weights);
 }

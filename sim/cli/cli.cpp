@@ -70,6 +70,13 @@ std::optional<po::variables_map> parse_options(const Args& args, const po::optio
   return vm;
 }
 
+void check_option_lengths(const std::string& option, const std::vector<std::string>& values) {
+  for (const std::string& v : values)
+    if (v.size() > kMaxOptionText)
+      throw common::UsageError(option + " " + common::quoted(v, 80) + ": expected at most " +
+                               std::to_string(kMaxOptionText) + " characters, got " + std::to_string(v.size()));
+}
+
 std::vector<Command> builtin_commands() {
   std::vector<Command> commands;
   register_trace_import_commands(commands);

@@ -8,6 +8,7 @@
 #include <functional>
 #include <iosfwd>
 #include <optional>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ std::optional<po::variables_map> parse_options(const Args& args, const po::optio
                                                Context& ctx);
 
 // The registry: every built-in command, in the order --help lists them.
+// The longest --set or --cfg option accepted (key and value): a longer one is a UsageError that
+// quotes its start, never the whole text.
+constexpr std::size_t kMaxOptionText = 4096;
+void check_option_lengths(const std::string& option, const std::vector<std::string>& values);
+
 std::vector<Command> builtin_commands();
 
 // Registration functions, one per command file.

@@ -90,6 +90,7 @@ int run_config_check(const Args& args, Context& ctx) {
                                 "(reported as file:line:col: key.path: ...).",
                                 ctx);
   if (!vm) return common::kExitOk;
+  check_option_lengths("--set", overrides);
   if (!kind.empty() && !contains(kKinds, kind))
     throw common::UsageError("--kind " + kind + ": expected one of " + common::join(kKinds, ", ") +
                              common::did_you_mean(kind, kKinds));

@@ -38,7 +38,9 @@ int run_command(const Args& args, Context& ctx) {
                           ctx);
   if (!vm) return common::kExitOk;
   const sim::Study study = load_study_args(a);
+  sim::parallel_jobs();  // a bad MOESIM_JOBS is refused before anything runs or is written
   if ((*vm)["check"].as<bool>()) {
+    check_output_folder(a.out_dir, (*vm)["force"].as<bool>());
     ctx.out << "ok: study " << study.name << " (" << study.source_file << "): " << study.variants.size() << " variants, baseline "
             << study.baseline << "\n";
     for (const auto& v : study.variants) ctx.out << "  " << v.name << "\n";

@@ -1,5 +1,9 @@
 #include "sim/cli/study_args.hpp"
 
+#include <filesystem>
+
+#include "common/error.hpp"
+
 namespace moesim::cli {
 
 void add_study_options(po::options_description& opts, StudyArgs& args) {
@@ -12,9 +16,23 @@ void add_study_options(po::options_description& opts, StudyArgs& args) {
 }
 
 sim::Study load_study_args(const StudyArgs& args) {
+  check_option_lengths("--set", args.sets);
+  check_option_lengths("--cfg", args.cfgs);
   sim::Study study = sim::load_study(args.study_path, args.sets);
   sim::add_simgrid_settings(study, args.cfgs);
   return study;
+}
+
+void check_output_folder(const std::string& out_dir, bool keep_going) {
+  if (out_dir.empty()) return;
+  std::error_code ec;
+  const std::filesystem::path dir(out_dir);
+  if (!std::filesystem::exists(dir, ec)) return;
+  if (!std::filesystem::is_directory(dir, ec))
+    throw common::UsageError(out_dir + " exists and is not a folder; choose another -o");
+  if (!keep_going && !std::filesystem::is_empty(dir, ec))
+    throw common::UsageError(out_dir + " is not empty; the run would refuse it without --resume or --force (see "
+                             "--help), or choose another -o");
 }
 
 }  // namespace moesim::cli

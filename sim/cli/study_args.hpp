@@ -21,5 +21,9 @@ struct StudyArgs {
 void add_study_options(po::options_description& opts, StudyArgs& args);
 // The study with its --set overrides applied and its --cfg settings appended to every variant.
 sim::Study load_study_args(const StudyArgs& args);
+// --check with -o: the folder rules the run applies first (sim::run_study), so that a check passes
+// only where the run would start: an existing file is refused, and so is a non-empty folder unless
+// `keep_going` (--resume or --force) says what to do with it. "" (no -o) passes.
+void check_output_folder(const std::string& out_dir, bool keep_going);
 
 }  // namespace moesim::cli

@@ -75,7 +75,12 @@ int study_command(const Args& args, Context& ctx) {
   if (vm->count("shard")) shard = sim::parse_shard(shard_text);
   const sim::Study study = load_study_args(a);
   const auto indices = sim::shard_variants(study.variants.size(), shard.value_or(sim::Shard{}));
+  sim::parallel_jobs();  // a bad MOESIM_JOBS is refused before anything runs or is written
   if ((*vm)["check"].as<bool>()) {
+    // --resume continues only a folder that holds a study run (its study.json).
+    std::error_code ec;
+    const bool resumable = (*vm)["resume"].as<bool>() && fs::exists(fs::path(a.out_dir) / "study.json", ec);
+    check_output_folder(a.out_dir, resumable || (*vm)["force"].as<bool>());
     ctx.out << "ok: study " << study.name << " (" << study.source_file << "): " << study.variants.size()
             << " variants, baseline " << study.baseline;
     if (shard) ctx.out << "; shard " << shard->index << "/" << shard->count << " runs " << indices.size();

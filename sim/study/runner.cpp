@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -11,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "common/strings.hpp"
 #include "traces/cached_reader.hpp"
 #include "sim/engine/engine.hpp"
 #include "sim/placement/policy.hpp"
@@ -143,11 +145,16 @@ int usable_cpus() {
 }
 
 int parallel_jobs() {
-  if (const char* env = std::getenv("MOESIM_JOBS"); env && *env) {
-    const int n = std::atoi(env);
-    if (n >= 1) return n;
-  }
-  return usable_cpus();
+  const char* env = std::getenv("MOESIM_JOBS");
+  if (!env || !*env) return usable_cpus();
+  const std::string_view text(env);
+  int n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 1 || n > kMaxJobs)
+    throw common::UsageError("MOESIM_JOBS=" + common::quoted(text, 40) +
+                             ": expected a whole number of simulation processes from 1 to " + std::to_string(kMaxJobs) +
+                             "; unset it to use every usable CPU (" + std::to_string(usable_cpus()) + ")");
+  return n;
 }
 
 bool build_ahead(int processes) {

@@ -31,7 +31,8 @@ void summarise_traffic(const SimResult& r, int gpus_per_node, VariantSummary& su
 
 // CPUs this process may run on (its affinity mask: taskset, cpusets), else the hardware threads.
 int usable_cpus();
-// Simulations run at once: $MOESIM_JOBS, else usable_cpus().
+// Simulations run at once: $MOESIM_JOBS (1..kMaxJobs; anything else is a UsageError), else usable_cpus().
+constexpr int kMaxJobs = 4096;
 int parallel_jobs();
 // Build step graphs on a worker thread while the engine runs (EngineOptions::build_ahead), with
 // `processes` simulations at once: $MOESIM_BUILD_AHEAD (0 = off, else on), else on where there is

@@ -17,6 +17,8 @@
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
 #include "models/config_header.hpp"
+#include "models/profile.hpp"
+#include "sim/engine/simgrid_settings.hpp"
 #include "sim/placement/placement.hpp"
 #include "sim/placement/policy.hpp"
 #include "traces/load_trace.hpp"
@@ -32,6 +34,10 @@ namespace {
 
 constexpr std::size_t kMaxVariants = 10000;
 constexpr std::size_t kMaxVariantName = 120;
+// The largest cluster a study simulates: it builds hosts, links and routes for every GPU, at a cost
+// that grows with the square of the GPUs (a 5-step decode of a tiny model: 2,048 GPUs 14 s and
+// 0.6 GB, 4,096 GPUs 64 s and 2.1 GB; 16,384 GPUs grew past 6 GB in 4 minutes without a step).
+constexpr int kMaxGpus = 4096;
 
 // Every value a variant may assign, as a key path below `base`. Sections hold leaves; only leaves are
 // swept, so that a variant never replaces a whole section by accident.
@@ -99,11 +105,20 @@ bool is_power_of_two(std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 
 // Configs loaded while validating, shared by the variants of one study (they often name the same ones).
+// What a study needs to know of a trace file before running it: its routing shape and whether it
+// holds anything to replay.
+struct TraceInfo {
+  traces::TraceShape shape;
+  bool empty = false;
+};
+
 struct Loaded {
   std::map<std::string, models::Architecture> architectures;
   std::map<std::string, models::Cluster> clusters;
-  std::map<std::string, traces::TraceShape> traces;
+  std::map<std::string, models::Profile> profiles;
+  std::map<std::string, TraceInfo> traces;
   std::map<std::string, Placement> placements;
+  std::map<std::string, std::string> simgrid_problems;  // setting -> "" (accepted) or SimGrid's reason
   PlacementRegistry registry = default_placement_registry();
 };
 
@@ -195,13 +210,18 @@ bool valid_simgrid_setting(const std::string& s) {
          });
 }
 
-std::vector<std::string> parse_simgrid(const YamlNode& node) {
+std::vector<std::string> parse_simgrid(const YamlNode& node, Loaded& loaded) {
   std::vector<std::string> out;
   for (const YamlNode& item : node.items()) {
     std::string s = item.as_string();
     if (s.starts_with("--cfg=")) s = s.substr(6);
     if (!valid_simgrid_setting(s))
       item.fail_expected("a SimGrid setting \"name:value\" as given to --cfg (e.g. \"network/model:CM02\")");
+    auto it = loaded.simgrid_problems.find(s);
+    if (it == loaded.simgrid_problems.end()) it = loaded.simgrid_problems.emplace(s, simgrid_setting_problem(s)).first;
+    if (!it->second.empty())
+      item.fail("expected a SimGrid setting that SimGrid accepts, got " + common::quoted(s, 200) +
+                ", which SimGrid refuses: " + it->second.substr(0, 300));
     out.push_back(s);
   }
   return out;
@@ -233,15 +253,45 @@ void parse_parallelism(const YamlNode& node, const models::Cluster& cluster, Sce
               " with tp " + std::to_string(s.tp) + ")");
 }
 
+// Where workload errors about dispatch.mode point: the key, else its section, else the scenario.
+YamlNode dispatch_mode_node(const YamlNode& node) {
+  const std::optional<YamlNode> d = node.find("dispatch");
+  if (!d) return node;
+  const std::optional<YamlNode> mode = d->find("mode");
+  return mode ? *mode : *d;
+}
+
+// Every EP rank holds at least one expert slot of each MoE layer: the experts plus the redundant
+// slots a replicating policy adds (placement.replicas).
+void check_ep_against_experts(const YamlNode& node, const models::Architecture& arch, const Scenario& s) {
+  if (!arch.is_moe()) return;
+  const long slots = static_cast<long>(arch.num_experts) + s.placement.replicas;
+  if (s.ep <= slots) return;
+  std::optional<YamlNode> par = node.find("parallelism");
+  std::optional<YamlNode> ep_node = par ? par->find("ep") : std::nullopt;
+  (ep_node ? *ep_node : node.at("cluster"))
+      .fail("expected ep at most " + std::to_string(slots) + " (the " + std::to_string(arch.num_experts) +
+            " experts of " + arch.name + (s.placement.replicas > 0 ? " plus placement.replicas " +
+            std::to_string(s.placement.replicas) : std::string()) + ": every EP rank holds at least one expert), got " +
+            std::to_string(s.ep) + (ep_node ? "" : " (the default, every GPU of the cluster)") +
+            "; set parallelism.ep or placement.replicas");
+}
+
 // One trace file of the architecture's routing shape: its absolute path.
 std::string checked_trace(const YamlNode& node, const models::Architecture& arch, const fs::path& dir, Loaded& loaded) {
   if (!node.is_scalar()) node.fail_expected("a trace file path");
   const std::string path = existing_file(node, dir).string();
   // A routing trace, or a load-only trace (its counts replayed, make_load_source).
-  const traces::TraceShape& shape = load_once(loaded.traces, path, node, [](const std::string& p) {
-    return traces::is_load_trace(p) ? traces::open_load_trace(p)->meta().shape : traces::open_trace(p)->meta().shape;
+  const TraceInfo& info = load_once(loaded.traces, path, node, [](const std::string& p) {
+    if (traces::is_load_trace(p)) return TraceInfo{traces::open_load_trace(p)->meta().shape, false};
+    const auto reader = traces::open_trace(p);
+    return TraceInfo{reader->meta().shape, reader->meta().token_count == 0};
   });
-  if (const std::string mismatch = models::trace_shape_mismatch(shape, arch); !mismatch.empty()) node.fail(mismatch);
+  if (info.empty)
+    node.fail("expected a trace with at least one token to replay, got " + path +
+              ", which holds none; record or generate some routing (moesim trace import, moesim trace generate)");
+  if (const std::string mismatch = models::trace_shape_mismatch(info.shape, arch); !mismatch.empty())
+    node.fail(mismatch);
   return path;
 }
 
@@ -469,7 +519,18 @@ Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& 
   s.cluster = config_ref(cluster_node, "clusters", dir);
   const models::Cluster& cluster =
       load_once(loaded.clusters, s.cluster, cluster_node, [](const std::string& r) { return models::load_cluster(r); });
-  if (auto profile = node.find("profile")) s.profile = config_ref(*profile, "profiles", dir);
+  const std::optional<YamlNode> profile_node = node.find("profile");
+  if (profile_node) s.profile = config_ref(*profile_node, "profiles", dir);
+  // The profile is read here, as the run reads it, so that --check refuses what the run would.
+  const models::Profile& profile =
+      load_once(loaded.profiles, s.profile.empty() ? cluster.gpu_kind : s.profile,
+                profile_node ? *profile_node : cluster_node,
+                [](const std::string& r) { return models::load_profile(r); });
+  if (cluster.total_gpus() > kMaxGpus)
+    cluster_node.fail("expected a cluster of at most " + std::to_string(kMaxGpus) + " GPUs (a study simulates every "
+                      "GPU of its cluster), got " + cluster.name + " with " + std::to_string(cluster.total_gpus()) +
+                      " (" + std::to_string(cluster.num_nodes) + " nodes x " + std::to_string(cluster.gpus_per_node) +
+                      "); simulate a smaller cluster");
 
   parse_parallelism(node, cluster, s);
   s.workload = parse_workload(node.at("workload"));
@@ -480,8 +541,13 @@ Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& 
                                         workload_mode_name(s.workload.mode));
 
   if (auto pl = node.find("placement")) parse_placement(*pl, arch, has_trace, dir, loaded, s);
+  check_ep_against_experts(node, arch, s);
   if (auto ov = node.find("overlap")) parse_overlap(*ov, s);
   if (auto d = node.find("dispatch")) parse_dispatch(*d, s);
+  if (s.dispatch == DispatchMode::kLowLatency && !models::has_source(profile.low_latency.provenance))
+    dispatch_mode_node(node).fail(
+        "expected flat or hierarchical with profile " + profile.name + ", which has no low_latency_kernels section "
+        "(the fixed costs of the low-latency kernels), got low_latency; add one (docs/profile-format.md)");
   if (auto n = node.find("network")) parse_network(*n, s);
   if (auto n = node.find("power_cap"))
     s.power_cap = parse_limit(*n, common::UnitKind::kPower, 1.0, 1e5,
@@ -490,7 +556,7 @@ Scenario parse_scenario_with(const YamlNode& node, const fs::path& dir, Loaded& 
     s.clock_limit = parse_limit(*n, common::UnitKind::kFrequency, 1e6, 1e10,
                                 "an SM clock between 1 MHz and 10 GHz with a unit (e.g. \"1410MHz\"), or none");
   if (auto n = node.find("seed")) s.seed = static_cast<std::uint64_t>(n->as_int(0));
-  if (auto n = node.find("simgrid")) s.simgrid_cfg = parse_simgrid(*n);
+  if (auto n = node.find("simgrid")) s.simgrid_cfg = parse_simgrid(*n, loaded);
   return s;
 }
 
@@ -979,6 +1045,9 @@ void add_simgrid_settings(Study& study, const std::vector<std::string>& settings
     if (!valid_simgrid_setting(s))
       throw common::UsageError("--cfg " + given +
                                ": expected a SimGrid setting \"name:value\" (e.g. --cfg network/model:CM02)");
+    if (const std::string problem = simgrid_setting_problem(s); !problem.empty())
+      throw common::UsageError("--cfg " + common::quoted(given, 200) + ": SimGrid refuses it: " +
+                               problem.substr(0, 300));
     for (auto& v : study.variants) v.scenario.simgrid_cfg.push_back(s);
   }
 }

@@ -41,6 +41,7 @@ const std::vector<BadCase>& bad_cases() {
       {"bad_esft_weight_count", "esft", {}, "/expert_weights_2.txt:1: 18 expert ids but 17 gate weights"},
       {"bad_esft_no_separator", "esft", {}, "/expert_weights_4.txt:1: no two-tab separator"},
       {"bad_esft_empty_line", "esft", {}, "/expert_weights_1.txt:2: empty line"},
+      {"bad_esft_empty_ids", "esft", {}, "/expert_weights_1.txt:2: no expert ids before the two-tab separator"},
       {"bad_esft_empty", "esft", {}, ": the layer files hold no sequences"},
       {"bad_jsonl_malformed.jsonl", "jsonl", {}, ":3: not a valid JSON record: parse error"},
       {"bad_jsonl_not_object.jsonl", "jsonl", {}, ":2: expected a JSON object"},

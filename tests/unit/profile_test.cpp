@@ -98,6 +98,10 @@ const std::vector<BadCase> kBadProfiles = {
     {"bad_profile_efficiency_range", "43:34", "links.nvlink.bandwidth_efficiency", "expected a number between 0 and 1"},
     {"bad_profile_unknown_link", "43:3", "links.nvlnk", "unknown key (did you mean \"nvlink\"?)"},
     {"bad_profile_missing_gemm", "2:1", "(top level)", "expected a gemm section, got none"},
+    {"bad_profile_zero_bandwidth", "9:18", "device.hbm_bandwidth",
+     "expected a bandwidth of at least 1 B/s, got \"0GBps\""},
+    {"bad_profile_nan_bandwidth", "9:18", "device.hbm_bandwidth", "expected a bandwidth with a unit"},
+    {"bad_profile_zero_flops", "15:18", "gemm[0].peak_tflops", "expected a positive number, got \"0\""},
     {"bad_profile_missing_base", "5:7", "base", "unknown profile \"no-such-gpu\""},
     {"bad_profile_base_file_missing", "5:7", "base", "expected an existing base profile file, got \"./absent.yaml\""},
     // The cycle closes in the second file, whichever is loaded first.

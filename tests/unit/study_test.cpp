@@ -381,6 +381,23 @@ const std::vector<BadCase> kBadStudies = {
      "\"450W\"), or none, got \"450\""},
     {"bad_study_dispatch", "18:11", "base.dispatch.mode: expected one of flat, hierarchical, low_latency, residence, got \"tree\""},
     {"bad_study_simgrid", "17:13", "base.simgrid[0]: expected a SimGrid setting \"name:value\""},
+    {"bad_study_simgrid_unknown", "17:13",
+     "base.simgrid[0]: expected a SimGrid setting that SimGrid accepts, got \"nope/nope:1\", which SimGrid refuses: "
+     "Bad config key: nope/nope"},
+    {"bad_study_simgrid_model", "17:13", "got \"network/model:NOPE\", which SimGrid refuses: Model 'NOPE' is invalid"},
+    {"bad_study_simgrid_value", "17:13", "got \"network/TCP-gamma:abc\", which SimGrid refuses: invalid double"},
+    {"bad_study_empty_trace", "7:10", "base.trace: expected a trace with at least one token to replay, got "},
+    {"bad_study_profile_zero_bandwidth", "7:12",
+     "base.profile: cannot use it: " + (moesim::testing::test_data_dir() / "profiles").string() +
+         "/bad_profile_zero_bandwidth.yaml:9:18: device.hbm_bandwidth: expected a bandwidth of at least 1 B/s"},
+    {"bad_study_cluster_too_large", "6:12",
+     "base.cluster: expected a cluster of at most 4096 GPUs (a study simulates every GPU of its cluster), got "
+     "cluster_1m_gpus with 1000000"},
+    {"bad_study_low_latency_profile", "18:20",
+     "base.dispatch.mode: expected flat or hierarchical with profile tiny, which has no low_latency_kernels section"},
+    {"bad_study_ep_above_experts", "10:9",
+     "base.parallelism.ep: expected ep at most 8 (the 8 experts of tiny-moe: every EP rank holds at least one "
+     "expert), got 128"},
 };
 
 }  // namespace

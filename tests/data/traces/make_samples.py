@@ -230,6 +230,7 @@ def main():
              edit=lambda l, s, i, w, line: "\t".join(i + w) if (l == 4 and s == 0) else line)
     esft_bad("bad_esft_empty", edit=lambda l, s, i, w, line: None)
     esft_bad("bad_esft_empty_line", edit=lambda l, s, i, w, line: "" if (l == 1 and s == 1) else line)
+    esft_bad("bad_esft_empty_ids", edit=lambda l, s, i, w, line: "\t\t" + "\t".join(w) if (l == 1 and s == 1) else line)
 
     good = jsonl_records(data)[:8]
 

@@ -44,7 +44,7 @@ void put(const char* s) {
   }
 }
 
-extern "C" void on_interrupt(int sig) {
+void on_interrupt(int sig) {
   const int saved = errno;
   for (auto& t : g_temps)
     if (t.state.load() == kLive) ::unlink(t.path);

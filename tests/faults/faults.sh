@@ -90,16 +90,21 @@ no_leftovers() {
   done
 }
 
-# signal_study SIG CMD: the study (or run) gets SIG after its second variant started; then it must
+# signal_study SIG CMD [group]: the study (or run) gets SIG after its second variant started (with
+# "group": its whole process group, workers included, as Ctrl-C on a terminal does); then it must
 # have stopped with SIG's status, said so in one line, left nothing, and a rerun completes it.
 signal_study() {
   sig=$1
   cmd=$2
-  out="$WORK/$cmd-$sig"
-  $BG "$MOESIM" "$cmd" "$STUDY" -o "$out" > "$WORK/$cmd.out" 2> "$WORK/$cmd.err" &
+  out="$WORK/$cmd-$sig${3:-}"
+  if [ "${3:-}" = group ]; then
+    setsid $BG "$MOESIM" "$cmd" "$STUDY" -o "$out" > "$WORK/$cmd.out" 2> "$WORK/$cmd.err" &
+  else
+    $BG "$MOESIM" "$cmd" "$STUDY" -o "$out" > "$WORK/$cmd.out" 2> "$WORK/$cmd.err" &
+  fi
   pid=$!
   wait_for "$WORK/$cmd.err" '\[2/6\] .*: started'
-  kill -s "$sig" $pid
+  if [ "${3:-}" = group ]; then kill -s "$sig" -- -$pid; else kill -s "$sig" $pid; fi
   wait $pid
   rc=$?
   case $sig in INT) want=130 ;; TERM) want=143 ;; esac
@@ -250,6 +255,7 @@ signals_study)
   reference
   signal_study INT study
   signal_study TERM study
+  if command -v setsid > /dev/null; then signal_study INT study group; fi
   ;;
 signals_run)
   signal_study INT run

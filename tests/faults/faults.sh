@@ -61,7 +61,8 @@ snapshot() {
       cat "$f"
     done)
   [ -f "$1/results.json" ] && sed '/^  "run_info": {/,/^  },/d' "$1/results.json"
-  [ -f "$1/report.html" ] && sed -e "s|$1|DIR|g" -e 's/[0-9]\{4\}-[0-9][0-9]-[0-9][0-9]T[0-9:]*Z/DATE/g' "$1/report.html"
+  [ -f "$1/report.html" ] &&
+    sed -e "s|$1|DIR|g" -e 's/[0-9]\{4\}-[0-9][0-9]-[0-9][0-9]T[0-9:]*Z/DATE/g' "$1/report.html"
   return 0
 }
 same_results() {
@@ -248,6 +249,21 @@ two_writers)
   kill -0 $pid 2>/dev/null || fail "the first study ended before the second writers were tried (too fast to test)"
   wait $pid || fail "the first study failed: $(cat "$WORK/a.err")"
   [ "$(grep -c ': started' "$WORK/a.err")" -eq 6 ] || fail "the first study did not run its 6 variants once each"
+  no_leftovers "$out"
+  same_results "$WORK/ref" "$out"
+  # Two fresh runs started together on a folder that does not exist yet: one runs, one is refused.
+  out="$WORK/race"
+  "$MOESIM" study "$STUDY" -o "$out" > /dev/null 2> "$WORK/r1.err" &
+  p1=$!
+  "$MOESIM" study "$STUDY" -o "$out" > /dev/null 2> "$WORK/r2.err" &
+  p2=$!
+  wait $p1
+  rc1=$?
+  wait $p2
+  rc2=$?
+  [ "$rc1$rc2" = 02 ] || [ "$rc1$rc2" = 20 ] ||
+    fail "two fresh runs on one folder: exits $rc1 and $rc2, expected 0 and 2"
+  [ "$(cat "$WORK/r1.err" "$WORK/r2.err" | grep -c ': started')" -eq 6 ] || fail "two fresh runs duplicated work"
   no_leftovers "$out"
   same_results "$WORK/ref" "$out"
   ;;

@@ -23,7 +23,8 @@ skip() {
   exit 77
 }
 
-umount "$WORK/disk" 2>/dev/null
+umount "$WORK/disk" 2>/dev/null  # left mounted by an aborted earlier run
+umount "$WORK/ro" 2>/dev/null
 rm -rf "$WORK"
 mkdir -p "$TMPDIR" || fail "cannot create $TMPDIR"
 # sh starts background commands with SIGINT ignored (moesim then keeps it ignored, as nohup wants):

@@ -133,7 +133,7 @@ TEST_CASE("files: temporaries are registered while they exist and removed when t
   }
 }
 
-TEST_CASE("files: a locked folder refuses a second writer, naming the holder's pid; the lock file goes with the lock") {
+TEST_CASE("files: a locked folder refuses a second writer naming the holder's pid, and its lock file goes with it") {
   TempDir dir;
   const fs::path out = dir / "out";
   {

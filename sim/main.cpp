@@ -5,10 +5,12 @@
 #include <iostream>
 
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
 #include "sim/cli/cli.hpp"
 
 int main(int argc, char** argv) {
   using namespace moesim;
+  common::install_interrupt_handlers();  // SIGINT/SIGTERM remove temporaries and stop workers
   cli::Context ctx{std::cout, std::cerr, isatty(STDOUT_FILENO) == 1};
   cli::Args args(argv + 1, argv + argc);
   try {

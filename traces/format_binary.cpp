@@ -472,7 +472,7 @@ class BinaryWriter final : public TraceWriter {
     put_u32(h + 12, crc);
     out().write(reinterpret_cast<const char*>(h), sizeof h);
     out().write(reinterpret_cast<const char*>(payload_.data()), static_cast<std::streamsize>(payload_.size()));
-    if (!out()) throw common::RunError(path_ + ": write failed");
+    file_.check();  // names the file and the OS reason (disk full, ...)
     unsigned char crc_bytes[4];
     put_u32(crc_bytes, crc);
     chain_crc_ = common::crc32(crc_bytes, 4, chain_crc_);

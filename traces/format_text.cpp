@@ -304,7 +304,7 @@ class TextWriter final : public TraceWriter {
   }
   void flush() {
     file_.stream().write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
-    if (!file_.stream()) throw common::RunError(path_ + ": write failed");
+    file_.check();  // names the file and the OS reason (disk full, ...)
     buf_.clear();
   }
 

@@ -216,7 +216,7 @@ class FileLoadWriter final : public LoadTraceWriter {
     put_u32(crc_bytes, crc);
     file_.stream().write(reinterpret_cast<const char*>(counts.data()), static_cast<std::streamsize>(per_ * 4));
     file_.stream().write(reinterpret_cast<const char*>(crc_bytes), 4);
-    if (!file_.stream()) throw common::RunError(path_ + ": write failed");
+    file_.check();  // names the file and the OS reason (disk full, ...)
     ++meta_.iterations;
     meta_.total_tokens += tokens;
   }
@@ -249,7 +249,7 @@ class FileLoadWriter final : public LoadTraceWriter {
     put_u32(h + 36, header_crc(h, json_));
     file_.stream().write(reinterpret_cast<const char*>(h), kHeaderBytes);
     file_.stream().write(json_.data(), static_cast<std::streamsize>(json_.size()));
-    if (!file_.stream()) throw common::RunError(path_ + ": write failed");
+    file_.check();  // names the file and the OS reason (disk full, ...)
   }
 
   std::string path_;

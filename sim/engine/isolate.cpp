@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
 #include "sim/engine/isolate.hpp"
 
 namespace moesim::sim {
@@ -21,13 +23,19 @@ struct Child {
   pid_t pid = -1;
   std::string file;
   std::size_t index = 0;
+  common::TempRegistration temp;  // `file`, removed if this process is interrupted
 };
 
 // Forks a child that runs `fn` and leaves its result (or error) as JSON in a temporary file.
 Child start_child(const std::function<SimResult()>& fn, std::size_t index) {
-  char path[] = "/tmp/moesim-sim-XXXXXX";
+  // No moment between creating the file or the child and registering it (no orphan, no stray file).
+  const common::DeferInterrupts held;
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string name = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/moesim-sim-XXXXXX";
+  char* path = name.data();
   const int fd = mkstemp(path);
   if (fd < 0) throw common::RunError(std::string("cannot create a temporary file: ") + std::strerror(errno));
+  common::TempRegistration temp(path);
   std::cout.flush();
   std::cerr.flush();
   std::fflush(nullptr);
@@ -38,6 +46,9 @@ Child start_child(const std::function<SimResult()>& fn, std::size_t index) {
     throw common::RunError(std::string("fork failed: ") + std::strerror(errno));
   }
   if (pid == 0) {
+    common::forget_after_fork();
+    temp.release();
+    held.restore();
     // The message: the JSON text (result or error), a NUL, then the timeline's events as raw values
     // (parent and child are the same program).
     nlohmann::json out;
@@ -70,7 +81,8 @@ Child start_child(const std::function<SimResult()>& fn, std::size_t index) {
     _exit(0);
   }
   close(fd);
-  return Child{pid, path, index};
+  common::register_child(pid);
+  return Child{pid, path, index, std::move(temp)};
 }
 
 SimResult finish_child(const Child& c, int status) {
@@ -140,7 +152,8 @@ std::vector<SimResult> run_isolated_all(const std::vector<std::function<SimResul
     }
     auto it = std::find_if(running.begin(), running.end(), [&](const Child& c) { return c.pid == pid; });
     if (it == running.end()) continue;
-    const Child c = *it;
+    common::unregister_child(pid);
+    const Child c = std::move(*it);
     running.erase(it);
     try {
       results[c.index] = finish_child(c, status);

@@ -17,6 +17,8 @@
 
 #include "common/error.hpp"
 #include "common/files.hpp"
+#include "common/folder_lock.hpp"
+#include "common/interrupt.hpp"
 #include "common/hash.hpp"
 #include "common/strings.hpp"
 
@@ -378,10 +380,14 @@ StudyOutcome run_study(const Study& study, const StudyRunOptions& options, Study
                              ", --force runs every variant again: pass one of them");
 
   std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw common::UsageError(dir.string() + " exists and is not a folder; choose another -o");
+  // Taken before the folder is inspected, so that two runs never both find it empty; removed on return.
+  const common::FolderLock lock(dir);
+  const common::InterruptNote note("finished variants are kept in " + dir.string() +
+                                   "; continue with --resume (moesim study) or rerun with --force (moesim run)");
   if (fs::exists(dir, ec)) {
-    if (!fs::is_directory(dir, ec))
-      throw common::UsageError(dir.string() + " exists and is not a folder; choose another -o");
-    if (!fs::is_empty(dir, ec)) {
+    if (!common::folder_is_empty(dir)) {
       if (!options.resume && !options.force)
         throw common::UsageError(
             dir.string() +
@@ -411,6 +417,7 @@ StudyOutcome run_study(const Study& study, const StudyRunOptions& options, Study
   fs::create_directories(dir, ec);
   if (ec) throw common::RunError("cannot create " + dir.string() + ": " + ec.message());
   fs::remove_all(dir / kPartialDir, ec);
+  common::remove_stale_temporaries(dir);  // left by a killed run (the folder is ours: checked above)
   common::write_file_atomic(dir / kStateFile, state.dump(2) + "\n", true);
 
   const nlohmann::json context = study_context(study, options.overrides);
@@ -450,12 +457,15 @@ StudyOutcome run_study(const Study& study, const StudyRunOptions& options, Study
                     (dir / r.placement_file).string());
     }
     const double wall = now_s() - t0;
+    // Staged and installed whole: an interruption waits for the rename, so no .partial is left behind.
+    const common::DeferInterrupts whole;
     const fs::path staged = fresh_stage(dir, v.name);
     common::write_file_atomic(
         staged / "run_info.json",
         nlohmann::json{{"date", run_date_utc()}, {"host", run_host()}, {"wall_s", wall}}.dump(2) + "\n", true);
     write_variant_files(staged.string(), context, r);
     install_variant(dir, staged, v.name);
+    fs::remove(dir / kPartialDir, ec);
     auto d = read_done(dir / "variants" / v.name, identity, v.name, assignments_json(v));
     if (!d) throw common::RunError((dir / "variants" / v.name / "result.json").string() + ": written but unreadable");
     done.emplace(i, std::move(*d));
@@ -603,6 +613,7 @@ StudyOutcome merge_studies(const std::vector<std::string>& dirs, const std::stri
   for (const auto& d : dirs) {
     if (fs::exists(out, ec) && fs::exists(d, ec) && fs::equivalent(d, out, ec))
       throw common::UsageError("-o " + out_dir + " is one of the folders to merge; choose another output folder");
+    common::check_folder_unlocked(d);  // a folder still being written is not merged
     states.push_back(read_state(d));
   }
   check_one_study(states);
@@ -614,10 +625,12 @@ StudyOutcome merge_studies(const std::vector<std::string>& dirs, const std::stri
   const std::vector<fs::path>& source = collected.source;
   const auto placements = collect_placements(states);
 
+  if (fs::exists(out, ec) && !fs::is_directory(out, ec))
+    throw common::UsageError(out_dir + " exists and is not a folder; choose another -o");
+  const common::FolderLock lock(out);
+  const common::InterruptNote note("the merge into " + out_dir + " is incomplete; run it again with --force");
   if (fs::exists(out, ec)) {
-    if (!fs::is_directory(out, ec))
-      throw common::UsageError(out_dir + " exists and is not a folder; choose another -o");
-    if (!fs::is_empty(out, ec) && !force)
+    if (!common::folder_is_empty(out) && !force)
       throw common::UsageError(out_dir + " is not empty; pass --force to write into it, or choose another -o");
   }
   fs::create_directories(out, ec);

@@ -8,12 +8,14 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <exception>
 #include <filesystem>
 #include <iomanip>
 #include <limits>
 #include <map>
 #include <ostream>
 #include <sstream>
+#include <utility>
 
 #include "common/error.hpp"
 #include "common/files.hpp"
@@ -370,6 +372,33 @@ std::string run_host() {
   return host;
 }
 
+namespace {
+
+// Destroyed by an exception (a failed solve or simulation, an interruption is a signal and exits
+// elsewhere) with no variant finished in a folder that was missing or empty: removes everything the
+// run wrote in it but the lock file, which the lock removes itself.
+class TakeBackOnFailure {
+ public:
+  TakeBackOnFailure(fs::path dir, bool fresh, const StudyOutcome& outcome)
+      : dir_(std::move(dir)), fresh_(fresh), outcome_(outcome), exceptions_(std::uncaught_exceptions()) {}
+  TakeBackOnFailure(const TakeBackOnFailure&) = delete;
+  TakeBackOnFailure& operator=(const TakeBackOnFailure&) = delete;
+  ~TakeBackOnFailure() {
+    if (!fresh_ || outcome_.ran > 0 || std::uncaught_exceptions() <= exceptions_) return;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir_, ec))
+      if (entry.path().filename() != common::kFolderLockName) fs::remove_all(entry.path(), ec);
+  }
+
+ private:
+  fs::path dir_;
+  bool fresh_;
+  const StudyOutcome& outcome_;
+  int exceptions_;
+};
+
+}  // namespace
+
 StudyOutcome run_study(const Study& study, const StudyRunOptions& options, StudyProgress& progress) {
   const fs::path dir(options.out_dir);
   const std::string identity = study_with_overrides_sha256(study, options.overrides);
@@ -386,6 +415,9 @@ StudyOutcome run_study(const Study& study, const StudyRunOptions& options, Study
   const common::FolderLock lock(dir);
   const common::InterruptNote note("finished variants are kept in " + dir.string() +
                                    "; continue with --resume (moesim study) or rerun with --force (moesim run)");
+  // A run into a missing or empty folder that fails before any variant finished takes back what it
+  // wrote (study.json, solved placements, staged files), so that the corrected rerun needs no flag.
+  const bool fresh = !fs::exists(dir, ec) || common::folder_is_empty(dir);
   if (fs::exists(dir, ec)) {
     if (!common::folder_is_empty(dir)) {
       if (!options.resume && !options.force)
@@ -416,6 +448,8 @@ StudyOutcome run_study(const Study& study, const StudyRunOptions& options, Study
   }
   fs::create_directories(dir, ec);
   if (ec) throw common::RunError("cannot create " + dir.string() + ": " + ec.message());
+  StudyOutcome outcome;
+  const TakeBackOnFailure take_back(dir, fresh, outcome);
   fs::remove_all(dir / kPartialDir, ec);
   common::remove_stale_temporaries(dir);  // left by a killed run (the folder is ours: checked above)
   common::write_file_atomic(dir / kStateFile, state.dump(2) + "\n", true);
@@ -425,7 +459,6 @@ StudyOutcome run_study(const Study& study, const StudyRunOptions& options, Study
   nlohmann::json run_info = {
       {"date", run_date_utc()}, {"host", run_host()}, {"shard", state["shard"]}, {"resumed", options.resume}};
   std::map<std::size_t, DoneVariant> done;
-  StudyOutcome outcome;
   outcome.baseline = study.baseline;
   auto tables = [&] {
     std::vector<const DoneVariant*> rows;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/support/test_support.hpp"
 
@@ -61,4 +62,12 @@ TEST_CASE("cli residence: a cluster whose memory cannot hold the replicated cont
   CHECK(r.err.find("dispatch.mode residence") != std::string::npos);
   CHECK(r.err.find("workload.batch_sequences") != std::string::npos);
   CHECK(r.err.find("of weights") != std::string::npos);
+  // Found while running, after --check's inputs passed: the run takes back what it wrote in its new
+  // folder, so the corrected study goes into the same -o without --resume or --force.
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir / "out")) left.push_back(entry.path().filename().string());
+  CHECK_MESSAGE(left.empty(), "left behind: " << left.size() << " entries, first " << (left.empty() ? "" : left[0]));
+  const auto again = run_moesim({"study", default_study(), "-o", (dir / "out").string(), "--check", "--set",
+                                 "base.dispatch.mode=residence"});
+  CHECK_MESSAGE(again.exit_code == 0, again.err);
 }

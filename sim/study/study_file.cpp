@@ -262,9 +262,10 @@ YamlNode dispatch_mode_node(const YamlNode& node) {
 }
 
 // Every EP rank holds at least one expert slot of each MoE layer: the experts plus the redundant
-// slots a replicating policy adds (placement.replicas).
+// slots a replicating policy adds (placement.replicas). A synthetic workload routes no token to an
+// expert (its all-to-all is a given size spread over the EP ranks), so any EP it has is fine.
 void check_ep_against_experts(const YamlNode& node, const models::Architecture& arch, const Scenario& s) {
-  if (!arch.is_moe()) return;
+  if (!arch.is_moe() || s.workload.mode == WorkloadMode::kSynthetic) return;
   const long slots = static_cast<long>(arch.num_experts) + s.placement.replicas;
   if (s.ep <= slots) return;
   std::optional<YamlNode> par = node.find("parallelism");

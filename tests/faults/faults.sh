@@ -99,6 +99,8 @@ signal_study() {
   sig=$1
   cmd=$2
   out="$WORK/$cmd-$sig${3:-}"
+  # Emptied first: the background job opens it a moment later, and wait_for must not read the last run's.
+  rm -f "$WORK/$cmd.err"
   if [ "${3:-}" = group ]; then
     setsid $BG "$MOESIM" "$cmd" "$STUDY" -o "$out" > "$WORK/$cmd.out" 2> "$WORK/$cmd.err" &
   else
@@ -165,7 +167,7 @@ kill9_resume)
   reference
   for point in '\[1/6\] .*: started' '\[2/6\] .*: finished' '\[5/6\] .*: finished'; do
     out="$WORK/killed"
-    rm -rf "$out"
+    rm -rf "$out" "$WORK/k.err"
     "$MOESIM" study "$STUDY" -o "$out" > /dev/null 2> "$WORK/k.err" &
     pid=$!
     wait_for "$WORK/k.err" "$point"
@@ -234,6 +236,7 @@ readonly)
 two_writers)
   reference
   out="$WORK/shared"
+  rm -f "$WORK/a.err"
   "$MOESIM" study "$STUDY" -o "$out" > /dev/null 2> "$WORK/a.err" &
   pid=$!
   wait_for "$WORK/a.err" '\[1/6\] .*: started'

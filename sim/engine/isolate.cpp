@@ -30,24 +30,9 @@ struct Child {
 Child start_child(const std::function<SimResult()>& fn, std::size_t index) {
   // No moment between creating the file or the child and registering it (no orphan, no stray file).
   const common::DeferInterrupts held;
-  const char* tmpdir = std::getenv("TMPDIR");
-  std::string name = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/moesim-sim-XXXXXX";
-  char* path = name.data();
-  const int fd = mkstemp(path);
-  if (fd < 0) throw common::RunError(std::string("cannot create a temporary file: ") + std::strerror(errno));
-  common::TempRegistration temp(path);
-  std::cout.flush();
-  std::cerr.flush();
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fd);
-    unlink(path);
-    throw common::RunError(std::string("fork failed: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    common::forget_after_fork();
-    temp.release();
+  ForkedChild forked = fork_with_file("moesim-sim");
+  const int fd = forked.fd;
+  if (forked.pid == 0) {
     held.restore();
     // The message: the JSON text (result or error), a NUL, then the timeline's events as raw values
     // (parent and child are the same program).
@@ -81,8 +66,8 @@ Child start_child(const std::function<SimResult()>& fn, std::size_t index) {
     _exit(0);
   }
   close(fd);
-  common::register_child(pid);
-  return Child{pid, path, index, std::move(temp)};
+  common::register_child(forked.pid);
+  return Child{forked.pid, forked.file, index, std::move(forked.temp)};
 }
 
 SimResult finish_child(const Child& c, int status) {
@@ -164,6 +149,28 @@ std::vector<SimResult> run_isolated_all(const std::vector<std::function<SimResul
   if (meanwhile && !meanwhile_done) meanwhile();  // no children at all
   if (first_error) std::rethrow_exception(first_error);
   return results;
+}
+
+ForkedChild fork_with_file(std::string_view stem) {
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string name = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/" + std::string(stem) + "-XXXXXX";
+  const int fd = mkstemp(name.data());
+  if (fd < 0) throw common::RunError(std::string("cannot create a temporary file: ") + std::strerror(errno));
+  ForkedChild c{-1, fd, name, common::TempRegistration(name)};
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  c.pid = fork();
+  if (c.pid < 0) {
+    close(fd);
+    unlink(name.c_str());
+    throw common::RunError(std::string("fork failed: ") + std::strerror(errno));
+  }
+  if (c.pid == 0) {
+    common::forget_after_fork();
+    c.temp.release();
+  }
+  return c;
 }
 
 }  // namespace moesim::sim

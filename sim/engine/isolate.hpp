@@ -3,9 +3,14 @@
 // (docs/simulator.md, "Steps in parallel").
 #pragma once
 
+#include <sys/types.h>
+
 #include <functional>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "common/interrupt.hpp"
 #include "sim/engine/result.hpp"
 
 namespace moesim::sim {
@@ -29,5 +34,18 @@ SimResult run_isolated(const std::function<SimResult()>& fn);
 // not, such as hashing an input); its error is rethrown the same way.
 std::vector<SimResult> run_isolated_all(const std::vector<std::function<SimResult()>>& fns, int jobs,
                                         const std::function<void()>& meanwhile = {});
+
+// A forked child and a fresh temporary file ($TMPDIR/STEM-XXXXXX, default /tmp) for what it writes
+// back, registered so that an interruption removes it. Call with interrupts deferred
+// (common::DeferInterrupts), so that no moment leaves the file or the child unregistered. In the
+// child (pid 0) the interrupt tables are already cleared; it writes to `fd` and ends with _exit.
+// Throws RunError where the file or the fork cannot be made.
+struct ForkedChild {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string file;
+  common::TempRegistration temp;
+};
+ForkedChild fork_with_file(std::string_view stem);
 
 }  // namespace moesim::sim

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
+#include "sim/engine/isolate.hpp"
 #include "sim/engine/latency_factor.hpp"
 
 namespace moesim::sim {
@@ -77,31 +79,23 @@ std::string reason(const std::string& text) {
 }  // namespace
 
 std::string simgrid_setting_problem(const std::string& setting) {
-  char path[] = "/tmp/moesim-cfg-XXXXXX";
-  const int fd = mkstemp(path);
-  if (fd < 0) throw common::RunError(std::string("cannot create a temporary file: ") + std::strerror(errno));
-  std::cout.flush();
-  std::cerr.flush();
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(fd);
-    unlink(path);
-    throw common::RunError(std::string("fork failed: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
+  ForkedChild forked = [] {
+    const common::DeferInterrupts held;  // the file registered before any interruption can see it
+    return fork_with_file("moesim-cfg");
+  }();
+  if (forked.pid == 0) {
     // SimGrid writes its complaints (and, for an unknown name, every setting it has) to stderr.
-    dup2(fd, STDOUT_FILENO);
-    dup2(fd, STDERR_FILENO);
-    close(fd);
+    dup2(forked.fd, STDOUT_FILENO);
+    dup2(forked.fd, STDERR_FILENO);
+    close(forked.fd);
     check_in_child(setting);
   }
-  close(fd);
+  close(forked.fd);
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (waitpid(forked.pid, &status, 0) < 0 && errno == EINTR) {
   }
-  const std::string text = read_all(path);
-  unlink(path);
+  const std::string text = read_all(forked.file.c_str());
+  unlink(forked.file.c_str());
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
   return reason(text);
 }

@@ -476,7 +476,8 @@ StudyOutcome run_study(const Study& study, const StudyRunOptions& options, Study
       }
     }
   RunOptions run_options;
-  run_options.placement_cache = (dir / "placements").string();
+  run_options.placement_cache =
+      options.shared_placements.empty() ? (dir / "placements").string() : options.shared_placements;
   run_options.dump_activities = options.dump_activities;
   for (std::size_t i : indices) {
     if (done.count(i)) continue;
@@ -485,9 +486,17 @@ StudyOutcome run_study(const Study& study, const StudyRunOptions& options, Study
     const double t0 = now_s();
     VariantResult r = run_variant(v, {}, run_options);
     if (!r.placement_file.empty()) {
+      const std::string used = r.placement_file;
+      if (!options.shared_placements.empty()) {
+        // The folder keeps a copy of what its variants ran, so that it merges and reads on its own.
+        const fs::path own = dir / "placements" / fs::path(used).filename();
+        fs::create_directories(own.parent_path(), ec);
+        common::write_file_atomic(own, common::read_file(used), true);
+        r.placement_file = own.string();
+      }
       r.placement_file = fs::path(r.placement_file).lexically_relative(dir).generic_string();
       progress.note(v.name + ": placement " + (r.placement_solved ? "solved into " : "reused from ") +
-                    (dir / r.placement_file).string());
+                    (options.shared_placements.empty() ? (dir / r.placement_file).string() : used));
     }
     const double wall = now_s() - t0;
     // Staged and installed whole: an interruption waits for the rename, so no .partial is left behind.

@@ -69,6 +69,9 @@ struct StudyRunOptions {
   std::string dump_activities;  // moesim run --dump-activities: the one variant's requested timeline
   std::vector<std::string> overrides;  // the --set options the study was loaded with
   std::optional<Shard> shard;
+  // --placements FOLDER: a placement cache shared by shards (solved there once, under a lock, and
+  // copied into DIR/placements/ for the variants that use it); "" = DIR/placements/ itself.
+  std::string shared_placements;
   bool resume = false;
   bool force = false;
 };

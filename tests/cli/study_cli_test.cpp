@@ -396,16 +396,56 @@ TEST_CASE("study: the GNU parallel one-liner of docs/study-format.md runs the sh
   if (which.exit_code != 0) FAIL("GNU parallel not found: install GNU parallel (sh tools/setup.sh --test)");
   TempDir tmp;
   const std::string cmd = "cd '" + tmp.path().string() + "' && parallel --will-cite -j2 '" + moesim_bin() +
-                          "' study '" + shards_study() + "' -o out/shard{} --shard {}/3 --quiet ::: 1 2 3 && '" +
+                          "' study '" + shards_study() +
+                          "' -o out/shard{} --placements out/placements --shard {}/3 --quiet ::: 1 2 3 && '" +
                           moesim_bin() + "' study merge out/shard* -o out/all";
   const auto r = run_program("/bin/sh", {"-c", cmd});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK(folder_names(tmp / "out") == std::vector<std::string>{"all", "shard1", "shard2", "shard3"});
+  CHECK(folder_names(tmp / "out") == std::vector<std::string>{"all", "placements", "shard1", "shard2", "shard3"});
   CHECK(folder_names(tmp / "out" / "all" / "variants").size() == 6);
+  // Quiet shards print no partial table; the merge prints the whole one.
+  CHECK(r.out.find("contiguous-sequential") == r.out.rfind("contiguous-sequential"));
+  // Each shard holds copies of the shared placements its variants ran, and no lock is left behind.
+  std::size_t copies = 0;
+  for (const auto& e : fs::directory_iterator(tmp / "out" / "placements")) {
+    CHECK(e.path().extension() == ".yaml");
+    for (const char* shard : {"shard1", "shard2", "shard3"}) {
+      const fs::path copy = tmp / "out" / shard / "placements" / e.path().filename();
+      if (!fs::exists(copy)) continue;
+      CHECK(read_text(copy) == read_text(e.path()));
+      ++copies;
+    }
+  }
+  CHECK(copies >= 3);
   const auto whole = run_moesim({"study", shards_study(), "-o", (tmp / "whole").string(), "-q"});
   REQUIRE(whole.exit_code == 0);
   CHECK(read_text(tmp / "out" / "all" / "results.csv") == read_text(tmp / "whole" / "results.csv"));
+}
+
+TEST_CASE("study: shards sharing --placements solve each placement once, the other shard waits and reads it") {
+  TempDir tmp;
+  // Shards 2 and 3 of 3 both run a greedy variant (same key): started together, one solves it.
+  const std::string run = "'" + moesim_bin() + "' study '" + shards_study() + "' --placements '" +
+                          (tmp / "shared").string() + "' -o '" + tmp.path().string() + "/s";
+  const std::string cmd = "(" + run + "2' --shard 2/3 2> '" + tmp.path().string() + "/e2' >/dev/null & " + run +
+                          "3' --shard 3/3 2> '" + tmp.path().string() + "/e3' >/dev/null; s3=$?; wait $! && exit $s3)";
+  const auto r = run_program("/bin/sh", {"-c", cmd});
+  const std::string err = read_text(tmp / "e2") + read_text(tmp / "e3");
+  INFO(err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(count(err, "placement solved into " + (tmp / "shared").string() + "/greedy-") == 1);
+  CHECK(count(err, "placement reused from " + (tmp / "shared").string() + "/greedy-") == 1);
+  for (const auto& e : fs::directory_iterator(tmp / "shared")) CHECK(e.path().extension() == ".yaml");
+  for (const char* shard : {"s2", "s3"}) {
+    const auto result = nlohmann::json::parse(read_text(tmp / shard / "results.json"));
+    for (const auto& row : result["variants"]) {
+      if (!row["inputs"].contains("placement_file")) continue;
+      const std::string file = row["inputs"]["placement_file"];
+      CHECK(file.starts_with("placements/"));
+      CHECK(read_text(tmp / shard / file) == read_text(tmp / "shared" / fs::path(file).filename()));
+    }
+  }
 }
 
 TEST_CASE("study: tools/slurm-study.sh submits a shard array and a dependent merge (run by a stand-in sbatch)") {
@@ -420,6 +460,7 @@ while [ $# -gt 0 ]; do
     --array=*) array=${1#--array=} ;;
     --export=*) step=${1#*MOESIM_SLURM_STEP=}; step=${step%%,*} ;;
     --dependency=*) dep=${1#--dependency=} ;;
+    --kill-on-invalid-dep=*) dep="$dep kill=${1#--kill-on-invalid-dep=}" ;;
     --*) ;;
     *) break ;;
   esac
@@ -451,7 +492,8 @@ fi
   CHECK(r.out.find("job array 4242 (1-3") != std::string::npos);
   const std::string log = read_text(tmp / "sbatch.log");
   CHECK(log.find("array=1-3 step=shard dep=\n") != std::string::npos);
-  CHECK(log.find("array= step=merge dep=afterok:4242\n") != std::string::npos);
+  CHECK(log.find("array= step=merge dep=afterok:4242 kill=yes\n") != std::string::npos);
+  CHECK(fs::is_directory(tmp / "out" / "placements"));
   for (int i = 1; i <= 3; ++i) {
     const auto state = nlohmann::json::parse(read_text(tmp / "out" / ("shard-" + std::to_string(i)) / "study.json"));
     CHECK(state["shard"]["index"] == i);
@@ -461,6 +503,15 @@ fi
       run_moesim({"study", shards_study(), "-o", (tmp / "whole").string(), "-q", "--set", "base.workload.steps=2"});
   REQUIRE(whole.exit_code == 0);
   CHECK(read_text(tmp / "out" / "all" / "results.csv") == read_text(tmp / "whole" / "results.csv"));
+  // One task resubmitted alone (sbatch --array=2: SLURM_ARRAY_TASK_COUNT=1) is still shard 2 of 3.
+  const auto again = run_program(
+      "/bin/sh", {"-c", "cd '" + tmp.path().string() + "' && MOESIM_SLURM_STEP=shard SLURM_ARRAY_TASK_ID=2 " +
+                            "SLURM_ARRAY_TASK_COUNT=1 MOESIM='" + moesim_bin() + "' sh '" + script + "' '" +
+                            shards_study() + "' again 3 --set base.workload.steps=2"});
+  INFO(again.err);
+  REQUIRE(again.exit_code == 0);
+  const auto state = nlohmann::json::parse(read_text(tmp / "again" / "shard-2" / "study.json"));
+  CHECK(state["shard"] == nlohmann::json{{"index", 2}, {"count", 3}});
   // A bad N is refused before anything is submitted.
   const auto bad = run_program("/bin/sh", {"-c", "PATH='" + (tmp / "bin").string() + "':$PATH sh '" + script + "' '" +
                                                      shards_study() + "' out2 0"});

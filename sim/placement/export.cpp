@@ -275,7 +275,7 @@ std::vector<std::vector<int>> contiguous_expert_order(const Placement& p, const 
                                  " holds " + std::to_string(on.size()) + " experts, the contiguous layout " +
                                  std::to_string(per_rank) +
                                  "; solve with an equal-count policy (moetuner_equal, "
-                                 "eplb, greedy, contiguous, round_robin, random)");
+                                 "exflow, eplb, greedy, contiguous, round_robin, random)");
       order[l].insert(order[l].end(), on.begin(), on.end());
     }
     // Group-limited routing scores blocks of E/G consecutive experts: every new block must hold one old

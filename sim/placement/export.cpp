@@ -8,7 +8,7 @@
 #include "common/strings.hpp"
 
 // The engine contracts implemented here, read from their public sources (never copied):
-// - SGLang (github.com/sgl-project/sglang): python/sglang/srt/eplb/expert_location.py,
+// - SGLang (github.com/sgl-project/sglang, read at commit 01fec5c2): python/sglang/srt/eplb/expert_location.py,
 //   compute_initial_expert_location_metadata reads `--init-expert-location` as a file only when the
 //   name ends in .json (or .pt), else as inline JSON, and passes every key of the object to
 //   ExpertLocationMetadata.init_by_mapping(server_args, model_config, physical_to_logical_map), so
@@ -17,8 +17,8 @@
 //   _compute_gpu_id_of_physical_expert puts slot s on GPU s / num_local_physical_experts;
 //   compute_logical_to_rank_dispatch_physical_map (static dispatch) needs every logical expert in
 //   every row. The rows are decoder layers: ModelConfigForExpertLocation.num_layers is
-//   config.num_hidden_layers (python/sglang/srt/models/deepseek_v2.py, qwen2_moe.py, qwen3_moe.py,
-//   get_model_config_for_expert_location) and the MoE blocks look their row up by their decoder
+//   config.num_hidden_layers (get_model_config_for_expert_location of python/sglang/srt/models/deepseek_v2.py
+//   and of the Qwen MoE models) and the MoE blocks look their row up by their decoder
 //   layer_id (ExpertLocationDispatchInfo.init_new(layer_id=...)); dense layers' rows are never used for
 //   dispatch but must still be valid, so they hold SGLang's own trivial row (init_trivial:
 //   physical expert p holds logical p % num_logical_experts). The metadata's ep_size property is the

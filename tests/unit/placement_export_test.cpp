@@ -56,8 +56,8 @@ std::string input_error(F f) {
   return "";
 }
 
-// SGLang's loader contract for `--init-expert-location FILE.json` (sgl-project/sglang,
-// python/sglang/srt/eplb/expert_location.py):
+// SGLang's loader contract for `--init-expert-location FILE.json` (sgl-project/sglang at commit
+// 01fec5c2e61f9568c41a6e1d4fd5ac46c88504f1, python/sglang/srt/eplb/expert_location.py):
 // - compute_initial_expert_location_metadata calls ExpertLocationMetadata.init_by_mapping(server_args,
 //   model_config, **data_dict): `physical_to_logical_map` must be the object's only key;
 // - _init_common: num_physical_experts = num_logical_experts + ep_num_redundant_experts, and
@@ -66,8 +66,8 @@ std::string input_error(F f) {
 // - _compute_gpu_id_of_physical_expert: slot s is on GPU s // num_local_physical_experts;
 // - compute_logical_to_rank_dispatch_physical_map (static dispatch) draws from every logical expert's
 //   copies (_fair_choices divides by their count): every logical expert must appear in every row;
-// - ModelConfigForExpertLocation.num_layers = config.num_hidden_layers (python/sglang/srt/models/
-//   deepseek_v2.py, qwen3_moe.py: get_model_config_for_expert_location), and the MoE blocks read their
+// - ModelConfigForExpertLocation.num_layers = config.num_hidden_layers (get_model_config_for_expert_location
+//   in python/sglang/srt/models/deepseek_v2.py and the Qwen MoE models), and the MoE blocks read their
 //   row by decoder layer_id (ExpertLocationDispatchInfo.init_new(layer_id=self.layer_id)): one row per
 //   decoder layer, dense ones included; init_trivial fills a row with p % num_logical_experts.
 void check_sglang_contract(const sim::PlacementExport& e, const sim::Placement& p, const models::Architecture& arch,

@@ -360,17 +360,18 @@ int run_compare(const Args& args, Context& ctx) {
 int run_export(const Args& args, Context& ctx) {
   po::options_description opts("Options");
   opts.add_options()("placement", po::value<std::string>()->required(), "the placement file")(
-      "format", po::value<std::string>()->required(), "sglang, vllm, megatron or permutation")(
+      "format", po::value<std::string>()->required(), "sglang, vllm, vllm-ascend, megatron or permutation")(
       "output,o", po::value<std::string>(),
-      "the JSON file to write (sglang, permutation; vllm and megatron read none)")(
+      "the JSON file to write (sglang, vllm-ascend, permutation; vllm and megatron read none)")(
       "force", po::bool_switch(), "replace an existing output file");
   auto vm = parse_options(
       args, opts, po::positional_options_description(),
-      "moesim place export --placement F --format sglang|vllm|megatron|permutation [-o OUT.json] [--force]",
+      "moesim place export --placement F --format sglang|vllm|vllm-ascend|megatron|permutation [-o OUT.json] [--force]",
       "Hands a placement to a serving engine in the form the engine reads, and prints its launch options:\n"
       "  sglang       the --init-expert-location file (one physical-to-logical row per decoder layer)\n"
       "  vllm         no file (vLLM loads no map): the --expert-placement-strategy that rebuilds a contiguous\n"
       "               or round-robin placement; anything else is refused\n"
+      "  vllm-ascend  the expert_map_path file of --additional-config (one entry per MoE layer)\n"
       "  megatron     no file: the options of Megatron-Core's contiguous layout, the only one it has\n"
       "  permutation  per MoE layer, the expert order that makes the engines' contiguous layout this\n"
       "               placement once the checkpoint is permuted by it (docs/placement.md)",
@@ -378,7 +379,7 @@ int run_export(const Args& args, Context& ctx) {
   if (!vm) return common::kExitOk;
   const std::string format_name = (*vm)["format"].as<std::string>();
   const sim::ExportFormat format = sim::parse_export_format(format_name);
-  const bool writes = format == sim::ExportFormat::kSglang || format == sim::ExportFormat::kPermutation;
+  const bool writes = format != sim::ExportFormat::kVllm && format != sim::ExportFormat::kMegatron;
   const std::string output = vm->count("output") ? (*vm)["output"].as<std::string>() : "";
   if (writes && output.empty())
     throw common::UsageError("--format " + format_name + " writes a file: give -o OUT.json");

@@ -29,6 +29,13 @@
 //   E%EP ranks one more; round_robin: rank r holds r, r+EP, ...) and determine_expert_placement_strategy
 //   (round_robin only with num_expert_group > 1, no redundant experts and no EPLB, else linear). vLLM
 //   reads no initial expert map: its EPLB starts from this layout. Its EP size is TP x DP GPUs.
+// - vllm-ascend (github.com/vllm-project/vllm-ascend): vllm_ascend/ops/expert_load_balancer.py,
+//   ExpertLoadBalancer reads the JSON named by --additional-config '{"expert_map_path": ...}':
+//   {"moe_layer_count", "layer_list": [{"layer_id", "device_count", "device_list": [{"device_id",
+//   "device_expert": [...]}]}]}, turned into one rectangular tensor [layer][device][slot] (equal slot
+//   counts), looked up by the MoE layer's moe_instance_id (AscendFusedMoE.moe_counter, from 0 in model
+//   order, MoE layers only); a device's local expert i is device_expert[i], and the redundant count is
+//   len(device_expert) x devices - experts (get_global_redundant_expert_num).
 // - Megatron-Core (github.com/NVIDIA/Megatron-LM): megatron/core/transformer/moe/moe_layer.py,
 //   BaseMoELayer asserts num_moe_experts % expert_model_parallel_size == 0 and gives EP rank r the
 //   experts r*E/EP .. (r+1)*E/EP-1; no other layout and no replicas.
@@ -37,7 +44,7 @@ namespace moesim::sim {
 
 namespace {
 
-const std::vector<std::string> kFormatNames{"sglang", "vllm", "megatron", "permutation"};
+const std::vector<std::string> kFormatNames{"sglang", "vllm", "vllm-ascend", "megatron", "permutation"};
 
 std::size_t expert_count(const models::Architecture& arch) {
   return static_cast<std::size_t>(arch.num_experts);
@@ -100,19 +107,18 @@ void require_one_gpu_per_rank(const Placement& p, const std::string& file, const
 }
 
 // The slots every rank holds in every layer; InputError naming `file` when they differ.
-std::size_t uniform_slots(const Placement& p, const std::string& file) {
+std::size_t uniform_slots(const Placement& p, const std::string& file, const std::string& engine) {
   std::size_t slots = 0;
   for (std::size_t l = 0; l < p.layers.size(); ++l)
     for (int r = 0; r < p.ep; ++r) slots = std::max(slots, p.experts_on(l, r).size());
   for (std::size_t l = 0; l < p.layers.size(); ++l)
     for (int r = 0; r < p.ep; ++r)
       if (const std::size_t n = p.experts_on(l, r).size(); n != slots)
-        throw common::InputError(
-            file + ": layer " + std::to_string(p.layers[l]) + ": rank " + std::to_string(r) + " holds " +
-            std::to_string(n) + " experts, another rank " + std::to_string(slots) +
-            "; SGLang's --init-expert-location needs the same number of slots on every rank of every layer "
-            "(num_physical_experts divisible by the EP size, slot s on GPU s / slots): solve with eplb, "
-            "moetuner_equal or moetuner_replicated");
+        throw common::InputError(file + ": layer " + std::to_string(p.layers[l]) + ": rank " + std::to_string(r) +
+                                 " holds " + std::to_string(n) + " experts, another rank " + std::to_string(slots) +
+                                 "; " + engine +
+                                 " needs the same number of slots on every rank of every layer: solve with eplb, "
+                                 "moetuner_equal or moetuner_replicated");
   return slots;
 }
 
@@ -120,7 +126,9 @@ PlacementExport sglang_export(const Placement& p, const models::Architecture& ar
                               const std::string& output) {
   require_one_gpu_per_rank(p, file, "SGLang", "ExpertLocationMetadata.ep_size is the world size");
   const std::size_t experts = expert_count(arch);
-  const std::size_t slots = uniform_slots(p, file);
+  const std::size_t slots = uniform_slots(
+      p, file,
+      "SGLang's --init-expert-location (num_physical_experts divisible by the EP size, slot s on GPU s / slots)");
   const std::size_t physical = slots * static_cast<std::size_t>(p.ep);
   // One row per decoder layer; a dense layer gets SGLang's trivial row (p % E), every expert present.
   std::vector<std::vector<int>> rows(static_cast<std::size_t>(arch.num_layers));
@@ -145,6 +153,29 @@ PlacementExport sglang_export(const Placement& p, const models::Architecture& ar
                "slot s of a row is on EP rank s / " + std::to_string(slots) + " (" + std::to_string(slots) +
                    " slots per GPU, " + std::to_string(physical) + " physical experts for " + std::to_string(experts) +
                    " logical)"};
+  return out;
+}
+
+PlacementExport vllm_ascend_export(const Placement& p, const models::Architecture& arch, const std::string& file,
+                                   const std::string& output) {
+  require_one_gpu_per_rank(p, file, "vllm-ascend", "an EP rank is one device of its EP group");
+  const std::size_t slots = uniform_slots(p, file, "vllm-ascend's expert map (one rectangular tensor)");
+  nlohmann::json layer_list = nlohmann::json::array();
+  for (std::size_t l = 0; l < p.layers.size(); ++l) {
+    nlohmann::json devices = nlohmann::json::array();
+    for (int r = 0; r < p.ep; ++r) devices.push_back({{"device_id", r}, {"device_expert", p.experts_on(l, r)}});
+    layer_list.push_back({{"layer_id", l}, {"device_count", p.ep}, {"device_list", devices}});
+  }
+  PlacementExport out;
+  out.file = {{"moe_layer_count", p.layers.size()}, {"layer_list", layer_list}};
+  const std::string path = output.empty() ? std::string("FILE.json") : output;
+  out.flags = {"--enable-expert-parallel", "--additional-config '{\"expert_map_path\": \"" + path + "\"}'"};
+  out.notes = {
+      "layer_id counts MoE layers from 0 in model order (vllm-ascend's MoE instance counter): entry 0 is "
+      "decoder layer " +
+          std::to_string(p.layers.front()),
+      "vllm-ascend infers " + std::to_string(slots * static_cast<std::size_t>(p.ep) - expert_count(arch)) +
+          " redundant experts from the file (" + std::to_string(slots) + " slots per device)"};
   return out;
 }
 
@@ -179,7 +210,7 @@ PlacementExport vllm_export(const Placement& p, const models::Architecture& arch
     throw common::InputError(file + ": a replicated placement (" + first_replica(p) +
                              "): vLLM loads no initial expert map (its EPLB starts from the linear layout and "
                              "moves experts at run time), so no vLLM option reproduces it; export --format sglang "
-                             "for SGLang's --init-expert-location");
+                             "for SGLang's --init-expert-location, or vllm-ascend on Ascend devices");
   throw common::InputError(file + ": a " + layout_name(p, experts) +
                            " placement: vLLM loads no initial expert map and lays experts out only linear or "
                            "round_robin; export --format permutation, permute the checkpoint's experts and router "
@@ -231,24 +262,11 @@ PlacementExport permutation_export(const Placement& p, const models::Architectur
 ExportFormat parse_export_format(const std::string& name) {
   if (name == "sglang") return ExportFormat::kSglang;
   if (name == "vllm") return ExportFormat::kVllm;
+  if (name == "vllm-ascend") return ExportFormat::kVllmAscend;
   if (name == "megatron") return ExportFormat::kMegatron;
   if (name == "permutation") return ExportFormat::kPermutation;
   throw common::UsageError("unknown --format " + common::quoted(name) + common::did_you_mean(name, kFormatNames) +
-                           "; valid formats: sglang, vllm, megatron, permutation");
-}
-
-const char* export_format_name(ExportFormat format) {
-  switch (format) {
-    case ExportFormat::kSglang:
-      return "sglang";
-    case ExportFormat::kVllm:
-      return "vllm";
-    case ExportFormat::kMegatron:
-      return "megatron";
-    case ExportFormat::kPermutation:
-      return "permutation";
-  }
-  return "?";
+                           "; valid formats: sglang, vllm, vllm-ascend, megatron, permutation");
 }
 
 std::vector<std::vector<int>> contiguous_expert_order(const Placement& p, const models::Architecture& arch,
@@ -305,6 +323,8 @@ PlacementExport export_placement(const Placement& p, const models::Architecture&
       return sglang_export(p, arch, file, output);
     case ExportFormat::kVllm:
       return vllm_export(p, arch, file);
+    case ExportFormat::kVllmAscend:
+      return vllm_ascend_export(p, arch, file, output);
     case ExportFormat::kMegatron:
       return megatron_export(p, arch, file);
     case ExportFormat::kPermutation:

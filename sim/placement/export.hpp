@@ -1,8 +1,8 @@
 // Placements handed to serving engines (docs/placement.md, "Export"). Each format is what the engine
 // really reads: SGLang's `--init-expert-location` file (one physical-to-logical row per decoder layer),
-// the vLLM or Megatron-Core option that rebuilds the placement (neither loads a map), or the expert
-// order that turns an engine's contiguous layout into the placement by permuting the checkpoint. Pure:
-// JSON and launch flags out, the caller writes the file and prints the flags.
+// vllm-ascend's expert_map_path file (one entry per MoE layer), the vLLM or Megatron-Core option that rebuilds the
+// placement (neither loads a map), or the expert order that turns an engine's contiguous layout into the placement by
+// permuting the checkpoint. Pure: JSON and launch flags out, the caller writes the file and prints the flags.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,9 +14,8 @@
 
 namespace moesim::sim {
 
-enum class ExportFormat { kSglang, kVllm, kMegatron, kPermutation };
+enum class ExportFormat { kSglang, kVllm, kVllmAscend, kMegatron, kPermutation };
 ExportFormat parse_export_format(const std::string& name);  // throws UsageError listing the formats
-const char* export_format_name(ExportFormat format);
 
 struct PlacementExport {
   nlohmann::json file;             // what to write; null when the engine reads no file (vllm)

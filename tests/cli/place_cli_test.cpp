@@ -131,7 +131,7 @@ TEST_CASE("cli place: --dispatch residence solves, evaluates and compares from t
   CHECK(place(dir, "exflow", {"--dispatch", "both", "--force"}).exit_code == 2);
 }
 
-TEST_CASE("cli place export: the SGLang file, the vLLM / Megatron options and the permutation") {
+TEST_CASE("cli place export: the SGLang and vllm-ascend files, the vLLM / Megatron options, the permutation") {
   TempDir dir;
   REQUIRE(place(dir, "eplb", {"--replicas", "8"}).exit_code == 0);
   const std::string eplb = (dir / "eplb.yaml").string();
@@ -146,6 +146,15 @@ TEST_CASE("cli place export: the SGLang file, the vLLM / Megatron options and th
   REQUIRE(j["physical_to_logical_map"].size() == 27);
   for (const auto& row : j["physical_to_logical_map"]) CHECK(row.size() == 72);
   CHECK(contains(r.out, "--init-expert-location " + out + " --ep-num-redundant-experts 8 --tp-size 8 --ep-size 8"));
+  // vllm-ascend: its own file, one entry per MoE layer, named in --additional-config.
+  const std::string ascend = (dir / "eplb-ascend.json").string();
+  r = run_moesim({"place", "export", "--placement", eplb, "--format", "vllm-ascend", "-o", ascend});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto a = nlohmann::json::parse(moesim::testing::read_text(ascend));
+  CHECK(a["moe_layer_count"] == 26);
+  CHECK(a["layer_list"][0]["device_list"][0]["device_expert"].size() == 9);
+  CHECK(contains(r.out, "--additional-config '{\"expert_map_path\": \"" + ascend + "\"}'"));
   // vLLM loads no map: the replicated placement is refused, pointing to SGLang; no file is written.
   r = run_moesim({"place", "export", "--placement", eplb, "--format", "vllm"});
   CHECK(r.exit_code == 2);

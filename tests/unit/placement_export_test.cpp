@@ -1,6 +1,7 @@
-// Exports for serving engines (sim/placement/export.hpp): the SGLang file checked against its loader's
-// contract, the vLLM / Megatron-Core options (or refusals) and the checkpoint permutation, which must
-// turn the engines' contiguous layout into the solved placement and leave the router's choice unchanged.
+// Exports for serving engines (sim/placement/export.hpp): the SGLang and vllm-ascend files checked against
+// their loaders' contracts, the vLLM / Megatron-Core options (or refusals) and the checkpoint permutation,
+// which must turn the engines' contiguous layout into the solved placement and leave the router's choice
+// unchanged.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -228,6 +229,45 @@ TEST_CASE("export sglang: uneven slots and TP groups are refused, naming the fil
                  "t.yaml: tp 2"));
 }
 
+// vllm-ascend's loader (vllm-project/vllm-ascend, vllm_ascend/ops/expert_load_balancer.py):
+// ExpertLoadBalancer._expert_file_to_tensor reads moe_layer_count, layer_list[0].device_count and every
+// layer's device_list[].device_expert into one torch tensor (rectangular: the same slot count on every
+// device of every layer); get_rank_placement_map(moe_instance_id, rank) indexes it by the MoE layer's
+// instance counter (AscendFusedMoE.moe_counter, from 0, MoE layers only), and
+// get_global_redundant_expert_num is len(device_expert) x device_count - experts.
+TEST_CASE("export vllm-ascend: the expert_map_path file, one entry per MoE layer") {
+  const auto v2 = models::load_architecture("deepseek-v2-lite");
+  const sim::RoutingCounts routing = shipped_counts();
+  const sim::Placement p = solve("eplb", v2, 8, &routing, 8);
+  const auto e = sim::export_placement(p, v2, sim::ExportFormat::kVllmAscend, "eplb.yaml", "map.json");
+  REQUIRE(e.file.size() == 2);
+  REQUIRE(e.file["moe_layer_count"] == p.layers.size());
+  REQUIRE(e.file["layer_list"].size() == p.layers.size());
+  const std::size_t slots = e.file["layer_list"][0]["device_list"][0]["device_expert"].size();
+  CHECK(slots * 8 - 64 == 8);  // the redundant experts vllm-ascend infers
+  for (std::size_t l = 0; l < p.layers.size(); ++l) {
+    const auto& layer = e.file["layer_list"][l];
+    CHECK(layer["layer_id"] == l);
+    REQUIRE(layer["device_count"] == 8);
+    REQUIRE(layer["device_list"].size() == 8);
+    for (int r = 0; r < 8; ++r) {
+      const auto& device = layer["device_list"][static_cast<std::size_t>(r)];
+      CHECK(device["device_id"] == r);
+      CHECK(device["device_expert"].size() == slots);
+      CHECK(device["device_expert"].get<std::vector<int>>() == p.experts_on(l, r));
+    }
+  }
+  CHECK(std::find(e.flags.begin(), e.flags.end(), "--additional-config '{\"expert_map_path\": \"map.json\"}'") !=
+        e.flags.end());
+  const auto uneven =
+      sim::load_checked_placement((testing::test_data_dir() / "placements/good_replicated.yaml").string());
+  CHECK(contains(input_error([&] {
+                   sim::export_placement(uneven.placement, uneven.arch, sim::ExportFormat::kVllmAscend, uneven.path,
+                                         "u.json");
+                 }),
+                 "vllm-ascend's expert map"));
+}
+
 TEST_CASE("export vllm: the placement strategy that rebuilds the layout, or a refusal") {
   const auto v2 = models::load_architecture("deepseek-v2-lite");
   const auto linear = sim::export_placement(solve("contiguous", v2, 8), v2, sim::ExportFormat::kVllm, "c.yaml", "");
@@ -364,6 +404,6 @@ TEST_CASE("export: unknown formats list the valid ones") {
     FAIL("expected a UsageError");
   } catch (const common::UsageError& e) {
     CHECK(contains(e.what(), "did you mean"));
-    CHECK(contains(e.what(), "sglang, vllm, megatron, permutation"));
+    CHECK(contains(e.what(), "sglang, vllm, vllm-ascend, megatron, permutation"));
   }
 }

@@ -552,6 +552,9 @@ FittedModel load_model(const std::string& path) {
   } catch (const nlohmann::json::parse_error& e) {
     throw common::InputError(path + ": not valid JSON (byte " + std::to_string(e.byte) +
                              "): expected a model written by `moesim trace generate --save-model`");
+  } catch (const nlohmann::json::out_of_range& e) {  // a number too large for a double
+    throw common::InputError(path + ": a number out of range (" + e.what() +
+                             "): expected a model written by `moesim trace generate --save-model`");
   }
   return model_from_json(doc, path);
 }

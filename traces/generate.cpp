@@ -415,6 +415,8 @@ std::vector<std::vector<double>> load_expert_count_shares(const std::string& pat
   } catch (const nlohmann::json::parse_error& e) {
     throw common::InputError(path + ": expected a JSON expert-count file (keys \"layer0\", ... mapping expert ids to "
                              "counts), got text that is not JSON (" + std::string(e.what()) + ")");
+  } catch (const nlohmann::json::out_of_range& e) {  // a number too large for a double
+    throw common::InputError(path + ": a number out of range (" + std::string(e.what()) + "); counts must be finite");
   }
   const std::string want = "expected an object with keys \"layerN\" (N a MoE layer of " + shape.architecture +
                            ") mapping each expert id \"0\" .. \"" + std::to_string(shape.num_experts - 1) +

@@ -173,6 +173,8 @@ CountsImportReport import_counts_json(const std::string& path, const TraceShape&
     doc = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw common::InputError(path + ": not valid JSON: " + e.what());
+  } catch (const nlohmann::json::out_of_range& e) {  // a number too large for a double
+    throw common::InputError(path + ": a number out of range: " + e.what() + "; counts must be finite");
   }
   const nlohmann::json* counts = &doc;
   if (doc.is_object()) {

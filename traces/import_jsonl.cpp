@@ -83,6 +83,8 @@ class JsonlImporter {
     json rec;
     try {
       rec = json::parse(line.begin(), line.end());
+    } catch (const json::out_of_range& e) {  // a number too large for a double
+      fail(where, std::string("a number out of range: ") + e.what());
     } catch (const json::parse_error& e) {
       std::string what = e.what();
       if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);

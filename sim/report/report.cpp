@@ -47,6 +47,8 @@ class Reader {
       const std::size_t col = last_nl == std::string::npos || upto == 0 ? upto + 1 : upto - last_nl;
       throw common::InputError(file_.string() + ":" + std::to_string(line) + ":" + std::to_string(col) +
                                ": expected JSON, found a syntax error (" + e.what() + "). " + fix());
+    } catch (const json::out_of_range& e) {  // a number too large for a double
+      throw common::InputError(file_.string() + ": a number out of range (" + e.what() + "). " + fix());
     }
   }
 

@@ -69,6 +69,8 @@ nlohmann::json read_json(const fs::path& path) {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw common::InputError(path.string() + ": expected JSON, got a parse error (" + e.what() + ")");
+  } catch (const nlohmann::json::out_of_range& e) {  // a number too large for a double
+    throw common::InputError(path.string() + ": a number out of range (" + e.what() + ")");
   }
 }
 

@@ -68,7 +68,7 @@ int study_command(const Args& args, Context& ctx) {
   pos.add("study", 1);
   auto vm = parse_options(args, opts, pos,
                           "moesim study STUDY.yaml -o DIR [--set key.path=value ...] [--cfg name:value ...] [--check] [--resume] [--force]"
-                          " [--shard i/N] [--placements FOLDER] [--quiet]\n       moesim study merge DIR... -o OUT [--force]",
+                          " [--only PATTERN] [--shard i/N] [--placements FOLDER] [--quiet]\n       moesim study merge DIR... -o OUT [--force]",
                           "Runs a study like moesim run (same output layout), with a progress line, placements solved\n"
                           "once per distinct input into DIR/placements/, --resume after an interruption, and --shard\n"
                           "to split the variants over processes or machines; moesim study merge joins the shards.\n"
@@ -78,7 +78,8 @@ int study_command(const Args& args, Context& ctx) {
   std::optional<sim::Shard> shard;
   if (vm->count("shard")) shard = sim::parse_shard(shard_text);
   const sim::Study study = load_study_args(a);
-  const auto indices = sim::shard_variants(study.variants.size(), shard.value_or(sim::Shard{}));
+  const auto indices =
+      sim::select_variants(study, sim::shard_variants(study.variants.size(), shard.value_or(sim::Shard{})), a.only);
   sim::parallel_jobs();  // a bad MOESIM_JOBS is refused before anything runs or is written
   if ((*vm)["check"].as<bool>()) {
     // --resume continues only a folder that holds a study run (its study.json).
@@ -87,7 +88,8 @@ int study_command(const Args& args, Context& ctx) {
     check_output_folder(a.out_dir, resumable || (*vm)["force"].as<bool>());
     ctx.out << "ok: study " << study.name << " (" << study.source_file << "): " << study.variants.size()
             << " variants, baseline " << study.baseline;
-    if (shard) ctx.out << "; shard " << shard->index << "/" << shard->count << " runs " << indices.size();
+    if (shard) ctx.out << "; shard " << shard->index << "/" << shard->count;
+    if (shard || !a.only.empty()) ctx.out << (shard ? " runs " : "; runs ") << indices.size();
     ctx.out << "\n";
     for (std::size_t i : indices) ctx.out << "  " << study.variants[i].name << "\n";
     return common::kExitOk;
@@ -103,6 +105,7 @@ int study_command(const Args& args, Context& ctx) {
   for (const auto& c : a.cfgs) options.overrides.push_back("--cfg=" + c);
   options.shard = shard;
   options.shared_placements = shared_placements;
+  options.only = a.only;
   options.resume = (*vm)["resume"].as<bool>();
   options.force = (*vm)["force"].as<bool>();
   const bool terminal = err_is_terminal(ctx);

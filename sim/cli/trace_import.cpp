@@ -187,7 +187,7 @@ int run_split(const Args& args, Context& ctx) {
   opts.add_options()("profile-out", po::value<std::string>()->required(), "output: the profile part")(
       "heldout-out", po::value<std::string>()->required(), "output: the held-out part")(
       "fraction", po::value<double>()->default_value(0.5, "0.5"), "share of the sequences in the profile part")(
-      "seed", po::value<std::uint64_t>()->default_value(0), "seed of the shuffle; the same seed gives the same split")(
+      "seed", po::value<std::uint64_t>()->default_value(1), "seed of the shuffle; the same seed gives the same split")(
       "force", po::bool_switch(), "replace existing output files");
   po::options_description hidden;
   hidden.add_options()("trace", po::value<std::string>()->required(), "the trace to split (or give it as the first argument)");

@@ -230,6 +230,14 @@ TEST_CASE("trace import cli: split of the shipped trace is seeded, deterministic
   CliResult c = split("c", "8");
   REQUIRE(c.exit_code == 0);
   CHECK(read_text(out / "a-p.mtr") != read_text(out / "c-p.mtr"));
+  // Without --seed: seed 1, the default of every moesim command with a seed.
+  CliResult d = run_moesim({"trace", "split", shipped, "--profile-out", (out / "d-p.mtr").string(), "--heldout-out",
+                            (out / "d-h.txt").string(), "--fraction", "0.25"});
+  REQUIRE(d.exit_code == 0);
+  CHECK(d.out.find("seed 1)") != std::string::npos);
+  CliResult e = split("e", "1");
+  REQUIRE(e.exit_code == 0);
+  CHECK(read_text(out / "d-p.mtr") == read_text(out / "e-p.mtr"));
   // The parts read back as traces whose counts add up to the whole.
   CliResult pc = run_moesim({"trace", "convert", (out / "a-p.mtr").string(), "-o", (out / "p.txt").string()});
   CliResult hc = run_moesim({"trace", "convert", (out / "a-h.txt").string(), "-o", (out / "h.mtr").string()});

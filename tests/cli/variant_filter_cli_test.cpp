@@ -85,7 +85,7 @@ TEST_CASE("cli --set: a sweep dimension spelled with dots in the study file is r
   CHECK(r.out.find("greedy-overlapped") != std::string::npos);
   CHECK(r.out.find("-sequential") == std::string::npos);
   r = run_moesim({"run", shards_study(), "--check", "--set", "sweep.placement.policy=[greedy]", "--set",
-                  "base.placement.policy=greedy", "--set", "baseline=greedy-sequential"});
+                  "baseline=greedy-sequential"});
   INFO(r.err);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("2 variants") != std::string::npos);

@@ -24,6 +24,7 @@ using nlohmann::json;
 namespace {
 
 constexpr int kChartCount = 7;
+constexpr double kActivityTicks = 20000.0;  // the timeline chart's time resolution, per step
 
 // Reads one JSON file of a results folder and checks the fields the report needs; every complaint
 // names the file, the JSON path, what was expected and what was found.
@@ -217,6 +218,10 @@ json timeline_activity(const Reader& detail, const json& timelines) {
     if (!t.contains("step_activity") || t["step_activity"].is_null()) continue;
     const json& a = detail.object(t, at, "step_activity");
     const std::string a_at = at + ".step_activity";
+    // The page draws intervals in ticks of kActivityTicks per step (finer than a pixel), as integers: a
+    // tenth of the bytes of full-precision seconds. ideal-1-chunk gives only its span (the chunking cost).
+    const double span = detail.number(a, a_at, "span_s");
+    const double tick = span > 0.0 ? span / kActivityTicks : 1.0;
     json gpus = json::array();
     const json& rows = detail.array(a, a_at, "gpus");
     for (std::size_t g = 0; g < rows.size(); ++g) {
@@ -224,19 +229,23 @@ json timeline_activity(const Reader& detail, const json& timelines) {
       json row = json::object();
       for (const char* lane : {"compute", "comm"}) {
         const json& iv = detail.array(rows[g], g_at, lane);
-        for (std::size_t k = 0; k < iv.size(); ++k)
+        json ticks = json::array();
+        for (std::size_t k = 0; k < iv.size(); ++k) {
           if (!iv[k].is_array() || iv[k].size() != 2 || !iv[k][0].is_number() || !iv[k][1].is_number())
             detail.fail(g_at + "." + lane + "[" + std::to_string(k) + "]", "a [begin, end] pair of numbers", &iv[k]);
-        row[lane] = iv;
+          ticks.push_back({std::llround(iv[k][0].get<double>() / tick), std::llround(iv[k][1].get<double>() / tick)});
+        }
+        row[lane] = std::move(ticks);
       }
-      gpus.push_back(std::move(row));
+      if (label != "ideal-1-chunk") gpus.push_back(std::move(row));
     }
     int chunks = 1;
     for (const auto& l : detail.array(t, at, "layers"))
       if (l.is_object() && l.value("moe", false) && l.contains("chunks") && l["chunks"].is_number_integer())
         chunks = std::max(chunks, l["chunks"].get<int>());
     out[label] = {{"step", detail.number(a, a_at, "step")},
-                  {"span", detail.number(a, a_at, "span_s")},
+                  {"span", span},
+                  {"tick", tick},
                   {"gpus_total", detail.number(a, a_at, "gpus_total")},
                   {"chunks", chunks},
                   {"gpus", std::move(gpus)}};

@@ -514,7 +514,8 @@
         const ry = y + i * rowH;
         text(f.g, -6, ry + laneH + 3, 'GPU ' + i, { class: 'tick', 'text-anchor': 'end' });
         [['compute', g.compute, col], ['communication', g.comm, 'url(#comm-hatch)']].forEach(([lane, iv, fill], j) => {
-          for (const [b, e] of iv) {
+          for (const [tb, te] of iv) {
+            const b = tb * a.tick, e = te * a.tick;
             const x0 = f.x(b * tu.f), x1 = f.x(e * tu.f);
             const r = el(f.g, 'rect', { x: x0, y: ry + j * laneH, width: Math.max(0.6, x1 - x0), height: laneH - 1,
               fill: fill, stroke: j ? col : 'none', 'stroke-width': 0.5, 'data-mark': 1 });

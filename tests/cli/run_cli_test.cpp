@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -120,7 +121,9 @@ TEST_CASE("run: timeline.json names the variant and GPUs, counts power, links di
   // Power: a counter per GPU, never above the peak the run reports for the measured steps, never
   // below zero, and changing (the GPU computes, then waits).
   REQUIRE(watts.size() == n_gpus);
-  for (const auto& [pid, w] : watts) {
+  for (const auto& gpu_watts : watts) {
+    const int pid = gpu_watts.first;
+    const std::vector<double>& w = gpu_watts.second;
     CAPTURE(pid);
     REQUIRE(w.size() >= 2);
     const double peak = gpus[static_cast<std::size_t>(pid)]["peak_power_W"].get<double>();
@@ -137,7 +140,9 @@ TEST_CASE("run: timeline.json names the variant and GPUs, counts power, links di
     });
   };
   int to_experts = 0, to_combine = 0;
-  for (const auto& [id, ends] : flows) {
+  for (const auto& flow : flows) {
+    const std::uint64_t id = flow.first;
+    const std::vector<nlohmann::json>& ends = flow.second;
     CAPTURE(id);
     REQUIRE(ends.size() == 2);
     const auto& s = ends[0]["ph"] == "s" ? ends[0] : ends[1];

@@ -174,6 +174,20 @@ TEST_CASE("run: timeline.json names the variant and GPUs, counts power, links di
   }
   CHECK(moved > 0);
   CHECK(routed > 0);
+  // Slices of one lane nest or follow each other: Perfetto draws no partly overlapping slices.
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
+  for (const auto& x : slices) {
+    const double ts = x["ts"], dur = x["dur"];
+    lanes[{x["pid"].get<int>(), x["tid"].get<int>()}].emplace_back(ts, ts + dur);
+  }
+  for (auto& lane : lanes) {
+    auto& v = lane.second;
+    std::sort(v.begin(), v.end());
+    for (std::size_t i = 1; i < v.size(); ++i) {
+      const bool follows = v[i].first >= v[i - 1].second - 1e-6, nested = v[i].second <= v[i - 1].second + 1e-6;
+      CHECK((follows || nested));
+    }
+  }
 }
 
 TEST_CASE("run: results match the committed golden files to 1e-9") {

@@ -389,6 +389,7 @@ void Executor::start_step() {
   std::fill(a2a_time_.begin(), a2a_time_.end(), 0.0);
   std::fill(a2a_active_.begin(), a2a_active_.end(), 0);
   std::fill(layer_last_.begin(), layer_last_.end(), -1.0);
+  std::fill(timeline_bytes_.begin(), timeline_bytes_.end(), 0.0);
   if (dump_) dump_step(*current_);
   if (measuring_ && !current_->pair_bytes.empty()) {
     // The port phases' traffic, pair by pair as routing counted it (no transfer carries it).

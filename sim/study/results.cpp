@@ -378,6 +378,7 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
     x["compute_slowdown"] = t.compute_alone > 0 ? t.compute_actual / t.compute_alone - 1.0 : 0.0;
     x["step_p50_s"] = jnum(common::percentile(t.step_latency, 0.5));
     x["step_p99_s"] = jnum(common::percentile(t.step_latency, 0.99));
+    x["step_activity"] = step_activity_json(t.timeline, t.gpus.size());  // the report's timeline chart
     tl.push_back(std::move(x));
   }
   j["timelines"] = tl;
@@ -569,7 +570,8 @@ std::string results_table(const std::vector<VariantResult>& results, const std::
 void write_variant_files(const std::string& vdir, const nlohmann::json& context, const VariantResult& r) {
   const fs::path dir(vdir);
   const SimResult& t = r.timelines.front();
-  common::write_file_atomic(dir / "timeline.json", chrome_trace_json(t.timeline, t.gpus.size()), true);
+  common::write_file_atomic(dir / "timeline.json", chrome_trace_json(t.timeline, t.gpus.size(), {r.name, t.label}),
+                            true);
   common::write_file_atomic(dir / "scenario.yaml", scenario_to_yaml(r.scenario), true);
   const nlohmann::json v = {{"schema_version", kResultSchemaVersion}, {"context", context}, {"variant", variant_json(r, true)}};
   common::write_file_atomic(dir / "result.json", v.dump(2) + "\n", true);

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,6 +150,69 @@ TEST_CASE("study: two overlap policies over one solving policy solve the placeme
                                 "--trace", (test_data_dir() / "studies" / "tiny.trace").string()});
   INFO(eval.err);
   CHECK(eval.exit_code == 0);
+}
+
+TEST_CASE("study: the report draws one step per GPU of each timeline and links every variant's trace") {
+  TempDir tmp;
+  const fs::path out = tmp / "out";
+  const auto r = run_moesim({"study", cache_study(), "-o", out.string()});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string page = read_text(out / "report.html");
+  CHECK(page.find("<svg id=\"chart-timelines\" data-chart=\"timelines\"") != std::string::npos);
+  CHECK(page.find("ui.perfetto.dev") != std::string::npos);
+  CHECK(page.find("Open trace file") != std::string::npos);
+  for (const char* v : {"sequential", "overlapped"}) {
+    INFO(v);
+    // The link is relative to the page and names a file that is there.
+    const std::string href = std::string("variants/") + v + "/timeline.json";
+    CHECK(page.find("data-variant=\"" + std::string(v) + "\" href=\"" + href + "\"") != std::string::npos);
+    CHECK(fs::exists(out / href));
+    // Each timeline's recorded step: per GPU, sorted disjoint intervals inside the step, which is no
+    // longer than the first measured step it is.
+    const auto j = nlohmann::json::parse(read_text(out / "variants" / v / "result.json"))["variant"];
+    std::set<std::string> labels;
+    for (const auto& t : j["timelines"]) {
+      const std::string label = t["label"];
+      INFO(label);
+      labels.insert(label);
+      const auto& a = t["step_activity"];
+      REQUIRE(a.is_object());
+      const double span = a["span_s"], first = t["step_latency_s"][0];
+      CHECK(span > 0.0);
+      CHECK(span <= first * (1 + 1e-9));
+      CHECK(a["gpus"].size() == t["gpus"].size());
+      int busy = 0;
+      for (const auto& g : a["gpus"])
+        for (const char* lane : {"compute", "comm"}) {
+          double last = -1.0;
+          for (const auto& iv : g[lane]) {
+            const double b = iv[0], e = iv[1];
+            CHECK(b > last);
+            CHECK(e >= b);
+            CHECK(e <= span * (1 + 1e-9));
+            last = e;
+            ++busy;
+          }
+        }
+      CHECK(busy > 0);
+    }
+    CHECK(labels.count("sequential") == 1);
+    CHECK(labels.count("overlapped") == 1);
+    CHECK(labels.count("ideal") == 1);
+  }
+  // A page written elsewhere links back into the results folder.
+  fs::create_directories(tmp / "elsewhere");
+  const auto rep = run_moesim({"report", out.string(), "-o", (tmp / "elsewhere" / "r.html").string()});
+  INFO(rep.err);
+  REQUIRE(rep.exit_code == 0);
+  const std::string moved = read_text(tmp / "elsewhere" / "r.html");
+  const std::string open = "data-variant=\"overlapped\" href=\"";
+  const auto at = moved.find(open);
+  REQUIRE(at != std::string::npos);
+  const std::string href = moved.substr(at + open.size(), moved.find('"', at + open.size()) - at - open.size());
+  CHECK(href.starts_with("../"));
+  CHECK(fs::exists(tmp / "elsewhere" / href));
 }
 
 TEST_CASE("study: a non-empty folder is refused without --resume or --force and is left as it was") {

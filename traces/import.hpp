@@ -8,7 +8,8 @@
 // load-only trace (traces/load_trace.hpp) through import_counts; import_trace refuses it. So is
 // `sglang-stat` (SGLang's stat-mode expert distribution, per-pass counts): is_load_only_format.
 // Engine formats (FORMAT.md "Serving-engine formats"): `sglang-routed` (the per-request routed experts an
-// SGLang server returns) and `sglang-per-token` (its per_token expert-distribution dump) give routes.
+// SGLang server returns), `sglang-per-token` (its per_token expert-distribution dump) and
+// `megatron-router-trace` (Megatron-Core's --moe-routing-trace-path JSONL) give routes.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +25,10 @@
 
 namespace moesim::traces {
 
-enum class ImportFormat { kEsft, kJsonl, kNpy, kCounts, kSglangRouted, kSglangPerToken, kSglangStat };
+enum class ImportFormat { kEsft, kJsonl, kNpy, kCounts, kSglangRouted, kSglangPerToken, kSglangStat,
+                          kMegatronRouterTrace };
 
-// "esft", "jsonl", "npy", "counts", "sglang-routed", "sglang-per-token", "sglang-stat"
+// "esft", "jsonl", "npy", "counts", "sglang-routed", "sglang-per-token", "sglang-stat", "megatron-router-trace"
 const std::vector<std::string>& import_format_names();
 // Formats whose input is per-step counts, imported into a load-only trace (import_load_only).
 bool is_load_only_format(ImportFormat format);
@@ -90,6 +92,8 @@ ImportReport import_sglang_routed(const std::string& path, const TraceShape& sha
                                   const ImportOptions& options);
 ImportReport import_sglang_per_token(const std::string& path, const TraceShape& shape,
                                      const WriterFactory& make_writer, const ImportOptions& options);
+ImportReport import_megatron_router_trace(const std::string& path, const TraceShape& shape,
+                                          const WriterFactory& make_writer, const ImportOptions& options);
 // A load-only format (is_load_only_format) by name; throws UsageError for a route format.
 CountsImportReport import_load_only(ImportFormat format, const std::string& path, const TraceShape& shape,
                                     const ImportOptions& options, const LoadWriterFactory& make_writer);

@@ -185,7 +185,8 @@ ExpertMap load_expert_map(const std::string& path, int num_experts) {
 
 const std::vector<std::string>& import_format_names() {
   static const std::vector<std::string> names = {"esft",          "jsonl",           "npy",        "counts",
-                                                 "sglang-routed", "sglang-per-token", "sglang-stat"};
+                                                 "sglang-routed", "sglang-per-token", "sglang-stat",
+                                                 "megatron-router-trace"};
   return names;
 }
 
@@ -201,6 +202,7 @@ ImportFormat parse_import_format(std::string_view name) {
   if (name == "sglang-routed") return ImportFormat::kSglangRouted;
   if (name == "sglang-per-token") return ImportFormat::kSglangPerToken;
   if (name == "sglang-stat") return ImportFormat::kSglangStat;
+  if (name == "megatron-router-trace") return ImportFormat::kMegatronRouterTrace;
   throw common::UsageError("unknown import format " + common::quoted(name) +
                            common::did_you_mean(name, import_format_names()) +
                            "; valid formats: " + common::join(import_format_names(), ", "));
@@ -215,6 +217,7 @@ std::string_view import_format_name(ImportFormat format) {
     case ImportFormat::kSglangRouted: return "sglang-routed";
     case ImportFormat::kSglangPerToken: return "sglang-per-token";
     case ImportFormat::kSglangStat: return "sglang-stat";
+    case ImportFormat::kMegatronRouterTrace: return "megatron-router-trace";
   }
   return "?";
 }
@@ -227,6 +230,7 @@ ImportReport import_trace(ImportFormat format, const std::string& input, const T
     case ImportFormat::kNpy: return import_npy(input, shape, make_writer, options);
     case ImportFormat::kSglangRouted: return import_sglang_routed(input, shape, make_writer, options);
     case ImportFormat::kSglangPerToken: return import_sglang_per_token(input, shape, make_writer, options);
+    case ImportFormat::kMegatronRouterTrace: return import_megatron_router_trace(input, shape, make_writer, options);
     case ImportFormat::kCounts:
     case ImportFormat::kSglangStat:
       throw common::UsageError("the " + std::string(import_format_name(format)) + " format holds per-step expert "

@@ -50,77 +50,6 @@ json parse_json_file(const std::string& path, const char* expected) {
   }
 }
 
-// Tokens of one sequence at a time, checked and handed to the writer (created at the first token).
-class RouteSink {
- public:
-  RouteSink(const TraceShape& shape, const WriterFactory& make_writer, std::string source)
-      : shape_(shape), make_writer_(make_writer), checker_(shape, false), per_(ids_per_token(shape)) {
-    meta_.shape = shape;
-    meta_.source = std::move(source);
-  }
-
-  std::size_t per_token() const { return per_; }
-
-  // One token: `ids` holds layers x top_k logical ids. `where` is built only for a message.
-  template <typename Where>
-  void token(std::uint32_t position, const std::uint16_t* ids, const Where& where) {
-    const auto k = static_cast<std::size_t>(shape_.top_k);
-    for (std::size_t l = 0; l < shape_.layers.size(); ++l)
-      if (std::string p = checker_.layer_problem(ids + l * k, nullptr); !p.empty())
-        throw common::InputError(where() + ": MoE layer " + std::to_string(shape_.layers[l]) + ": " + p);
-    if (!block_.position.empty() && position <= block_.position.back())
-      throw common::InputError(where() + ": position " + std::to_string(position) + " follows position " +
-                               std::to_string(block_.position.back()) +
-                               " in the same sequence; positions must increase");
-    block_.sequence.push_back(static_cast<std::uint32_t>(report_.sequences));
-    block_.position.push_back(position);
-    block_.experts.insert(block_.experts.end(), ids, ids + per_);
-  }
-
-  void drop(const std::string& why) {
-    ++report_.dropped_tokens;
-    for (auto& [reason, count] : report_.dropped_by_reason)
-      if (reason == why) {
-        ++count;
-        return;
-      }
-    report_.dropped_by_reason.emplace_back(why, 1);
-  }
-
-  void end_sequence() {
-    if (block_.sequence.empty()) return;
-    if (!writer_) writer_ = make_writer_(meta_);
-    writer_->write(block_);
-    report_.tokens += block_.size();
-    ++report_.sequences;
-    block_.clear();
-  }
-
-  void note(std::string text) { report_.notes.push_back(std::move(text)); }
-
-  ImportReport finish(const std::string& path) {
-    end_sequence();
-    if (report_.tokens == 0)
-      throw common::InputError(path + ": no complete token: every token lacks an expert at some MoE layer of " +
-                               shape_.architecture + " (" + detail::layers_text(shape_.layers) + ")");
-    writer_->finish();
-    report_.meta = meta_;
-    report_.meta.token_count = report_.tokens;
-    report_.meta.sequence_count = report_.sequences;
-    return report_;
-  }
-
- private:
-  TraceShape shape_;
-  const WriterFactory& make_writer_;
-  TokenChecker checker_;
-  std::size_t per_;
-  TraceMeta meta_;
-  std::unique_ptr<TraceWriter> writer_;
-  TokenBlock block_;
-  ImportReport report_;
-};
-
 // One token's ids at one MoE layer, from the engine's int32 row of `columns` (>= top_k) values into
 // `out` (top_k logical ids). Returns false when the token has no expert there (all -1: SGLang's
 // fill value for a layer the token did not pass). Throws for any other bad value.
@@ -302,7 +231,7 @@ class RoutedImporter {
   std::string path_;
   TraceShape shape_;
   ImportOptions options_;
-  RouteSink sink_;
+  detail::RouteSink sink_;
   detail::ExpertMap map_;
   std::vector<std::uint16_t> ids_;
   std::uint64_t mismatched_ = 0;
@@ -333,7 +262,7 @@ ImportReport per_token(const std::string& path, const TraceShape& shape, const W
     map = detail::ExpertMap(doc.at("last_physical_to_logical_map"), shape.num_experts,
                             path + ": last_physical_to_logical_map");
   if (!options.expert_map_path.empty()) map = detail::load_expert_map(options.expert_map_path, shape.num_experts);
-  RouteSink sink(shape, make_writer,
+  detail::RouteSink sink(shape, make_writer,
                  "sglang-per-token import of " + detail::short_name(path) +
                      " (moesim trace import --format sglang-per-token)");
   const auto k = static_cast<std::size_t>(shape.top_k);

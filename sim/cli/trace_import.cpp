@@ -106,7 +106,8 @@ int run_import_load_only(const po::variables_map& vm, traces::ImportFormat forma
 int run_import(const Args& args, Context& ctx) {
   po::options_description opts("Options");
   opts.add_options()("format", po::value<std::string>()->required(),
-                     "input format: esft, jsonl, npy, sglang-routed, sglang-per-token (routes); counts, "
+                     "input format: esft, jsonl, npy, sglang-routed, sglang-per-token, megatron-router-trace "
+                     "(routes); counts, "
                      "sglang-stat (per-step expert counts)")(
       "architecture", po::value<std::string>()->required(),
       "architecture name (configs/architectures/NAME.yaml) or path to its YAML")(
@@ -126,7 +127,8 @@ int run_import(const Args& args, Context& ctx) {
   po::positional_options_description pos;
   pos.add("input", 1);
   const std::string usage =
-      "moesim trace import --format esft|jsonl|npy|counts|sglang-routed|sglang-per-token|sglang-stat "
+      "moesim trace import --format esft|jsonl|npy|counts|sglang-routed|sglang-per-token|sglang-stat|"
+      "megatron-router-trace "
       "--architecture NAME INPUT -o OUT [--strict] [--expert-map MAP.json] [--force]";
   auto vm = parse_options(args, all, pos, usage,
                           "Converts routing recorded by other tools into a moesim trace. INPUT is a folder of\n"
@@ -134,7 +136,8 @@ int run_import(const Args& args, Context& ctx) {
                           "--format counts reads per-step expert token counts (iterations x layers x experts, .npy,\n"
                           ".json or .csv) into a load-only trace. Serving-engine output: sglang-routed (JSON lines of\n"
                           "/generate responses with meta_info.routed_experts), sglang-per-token and sglang-stat\n"
-                          "(/dump_expert_distribution_record dumps converted to JSON). The formats are described in\n"
+                          "(/dump_expert_distribution_record dumps converted to JSON), megatron-router-trace\n"
+                          "(router_trace_rankR.jsonl of --moe-routing-trace-path). The formats are described in\n"
                           "traces/FORMAT.md.",
                           ctx);
   if (!vm) return common::kExitOk;
@@ -257,7 +260,7 @@ int run_split(const Args& args, Context& ctx) {
 
 void register_trace_import_commands(std::vector<Command>& commands) {
   commands.push_back({"trace import",
-                      "convert routing (esft, jsonl, npy, sglang-routed, sglang-per-token) or per-step expert "
+                      "convert routing (esft, jsonl, npy, sglang-routed, sglang-per-token, megatron-router-trace) or per-step expert "
                       "counts (counts, sglang-stat) recorded elsewhere",
                       run_import});
   commands.push_back({"trace convert", "rewrite a trace in the other encoding (binary <-> text)", run_convert});

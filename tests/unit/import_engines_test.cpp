@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -341,4 +342,83 @@ TEST_CASE("sglang-stat: broken variants name the file and the pass") {
   CHECK(contains(e, "ragged.json: logical_count[3]: expected 5 layers"));
   e = error_for("per_token.json", json::parse(read_text(engines() / "sglang_per_token.json")));
   CHECK(contains(e, "use --format sglang-per-token"));
+}
+
+TEST_CASE("megatron-router-trace: each forward pass is a sequence, layers by decoder index, mtp records skipped") {
+  ImportReport report;
+  const fs::path input = engines() / "megatron_router_trace_rank0.jsonl";
+  const MemoryTrace t = import_routes(ImportFormat::kMegatronRouterTrace, input, ImportOptions{}, &report);
+  const TraceShape shape = tiny().trace_shape();
+  const std::size_t k = 6, layers = shape.layers.size();
+  // The passes, read here: a new pass when the step changes or a layer repeats.
+  std::vector<std::vector<json>> passes;
+  std::set<int> seen;
+  std::int64_t step = -1;
+  std::istringstream in(read_text(input));
+  for (std::string line; std::getline(in, line);) {
+    const json rec = json::parse(line);
+    if (rec["block"] != "decoder") continue;
+    if (rec["step"].get<std::int64_t>() != step || seen.count(rec["layer"].get<int>()) > 0) {
+      passes.emplace_back();
+      seen.clear();
+      step = rec["step"].get<std::int64_t>();
+    }
+    seen.insert(rec["layer"].get<int>());
+    passes.back().push_back(rec);
+  }
+  REQUIRE(passes.size() == 3);
+  std::size_t token = 0;
+  for (std::size_t s = 0; s < passes.size(); ++s) {
+    const std::size_t n = passes[s].front()["num_tokens"].get<std::size_t>();
+    for (std::size_t i = 0; i < n; ++i, ++token) {
+      REQUIRE(token < t.tokens.size());
+      CHECK(t.tokens.sequence[token] == s);
+      CHECK(t.tokens.position[token] == i);
+      for (const json& rec : passes[s]) {
+        const int li = static_cast<int>(std::find(shape.layers.begin(), shape.layers.end(), rec["layer"].get<int>()) -
+                                        shape.layers.begin());
+        REQUIRE(li < static_cast<int>(layers));
+        for (std::size_t j = 0; j < k; ++j)
+          CHECK(t.tokens.experts[(token * layers + static_cast<std::size_t>(li)) * k + j] ==
+                rec["top_indices"][i][j].get<int>());
+      }
+    }
+  }
+  CHECK(token == t.tokens.size());
+  CHECK(report.tokens == 12);
+  CHECK(report.sequences == 3);
+  CHECK(std::any_of(report.notes.begin(), report.notes.end(), [](const std::string& n) { return contains(n, "1 multi-token"); }));
+}
+
+TEST_CASE("megatron-router-trace: broken variants name the file, line and the fix") {
+  TempDir dir;
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(read_text(engines() / "megatron_router_trace_rank0.jsonl"));
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  auto error_for = [&](const std::string& name, std::size_t at, const json& replacement) {
+    std::string text;
+    for (std::size_t i = 0; i < lines.size(); ++i) text += (i == at ? replacement.dump() : lines[i]) + "\n";
+    const fs::path p = dir / name;
+    write_text(p, text);
+    return error_of([&] { import_routes(ImportFormat::kMegatronRouterTrace, p, ImportOptions{}); });
+  };
+  json rec = json::parse(lines[1]);
+  rec["top_indices"][0][2] = 64;
+  std::string e = error_for("range.jsonl", 1, rec);
+  CHECK(contains(e, "range.jsonl:2: \"top_indices\"[0][2]: expected an expert id 0..63, got 64"));
+  rec = json::parse(lines[2]);
+  rec["top_indices"].erase(0);
+  rec["num_tokens"] = 4;
+  e = error_for("tokens.jsonl", 2, rec);
+  CHECK(contains(e, "tokens.jsonl:3: layer 3 has 4 tokens, but the forward pass that started at line 1 has 5"));
+  rec = json::parse(lines[0]);
+  rec["layer"] = 0;
+  e = error_for("dense.jsonl", 0, rec);
+  CHECK(contains(e, "dense.jsonl:1: \"layer\": 0 is not an MoE layer of tiny-dsv2"));
+  rec = json::parse(lines[0]);
+  rec["topk"] = 8;
+  e = error_for("topk.jsonl", 0, rec);
+  CHECK(contains(e, "topk.jsonl:1: \"topk\": 8, but tiny-dsv2 routes top_k = 6"));
 }

@@ -21,6 +21,11 @@ layers, MoE layers 1..4, 64 experts, top-6. Provenance of each layout (public so
 - sglang_stat.json: the stat mode dump (_StatAccumulator.dump: rank, logical_count
   [buffered passes][num_layers][num_logical_experts], average_utilization_rate_over_window), converted
   the same way; pass 2 is an unused slot of the circular buffer (all zero).
+- megatron_router_trace_rank0.jsonl: Megatron-Core's router trace (NVIDIA/Megatron-LM
+  megatron/core/transformer/moe/router_trace.py, RouterTracer._make_index_record and
+  _flush_records_to_disk): one JSON line per (step, block, layer) with top_indices num_tokens x topk;
+  "layer" is N of the router's module name decoder.layers.N. Step 0 holds two micro-batches (the
+  layers repeat), then step 1, and one multi-token-prediction record (block "mtp").
 """
 import base64
 import json
@@ -111,3 +116,21 @@ def stat_pass(tokens):
 with open(HERE / "sglang_stat.json", "w") as f:
     json.dump({"rank": 0, "logical_count": [stat_pass(7), stat_pass(3), stat_pass(0), stat_pass(12)],
                "average_utilization_rate_over_window": None}, f)
+
+
+def megatron_record(step, layer, tokens, block="decoder", mtp_idx=None):
+    rec = {"step": step, "stage": "pre_dispatch", "block": block, "layer": layer, "rank": 0,
+           "num_tokens": len(tokens), "topk": TOPK}
+    if mtp_idx is not None:
+        rec["mtp_idx"] = mtp_idx
+    rec["top_indices"] = [tok[layer] for tok in tokens]
+    return rec
+
+
+with open(HERE / "megatron_router_trace_rank0.jsonl", "w") as f:
+    for step, count in [(0, 5), (0, 3), (1, 4)]:
+        tokens = [token_routes() for _ in range(count)]
+        for layer in MOE:
+            f.write(json.dumps(megatron_record(step, layer, tokens)) + "\n")
+        if step == 1:
+            f.write(json.dumps(megatron_record(step, 1, tokens, "mtp", 0)) + "\n")

@@ -6,7 +6,8 @@
 // of every layer file), jsonl one sequence's records, npy one chunk of tokens.
 // `counts` is apart: it reads per-step expert counts (load only, no per-token routes) and writes a
 // load-only trace (traces/load_trace.hpp) through import_counts; import_trace refuses it. So is
-// `sglang-stat` (SGLang's stat-mode expert distribution, per-pass counts): is_load_only_format.
+// `sglang-stat` (SGLang's stat-mode expert distribution, per-pass counts) and `vllm-eplb` (vLLM's EPLB
+// expert load window): is_load_only_format.
 // Engine formats (FORMAT.md "Serving-engine formats"): `sglang-routed` (the per-request routed experts an
 // SGLang server returns), `sglang-per-token` (its per_token expert-distribution dump) and
 // `megatron-router-trace` (Megatron-Core's --moe-routing-trace-path JSONL) give routes.
@@ -26,9 +27,10 @@
 namespace moesim::traces {
 
 enum class ImportFormat { kEsft, kJsonl, kNpy, kCounts, kSglangRouted, kSglangPerToken, kSglangStat,
-                          kMegatronRouterTrace };
+                          kMegatronRouterTrace, kVllmEplb };
 
-// "esft", "jsonl", "npy", "counts", "sglang-routed", "sglang-per-token", "sglang-stat", "megatron-router-trace"
+// "esft", "jsonl", "npy", "counts", "sglang-routed", "sglang-per-token", "sglang-stat", "megatron-router-trace",
+// "vllm-eplb"
 const std::vector<std::string>& import_format_names();
 // Formats whose input is per-step counts, imported into a load-only trace (import_load_only).
 bool is_load_only_format(ImportFormat format);
@@ -92,6 +94,10 @@ ImportReport import_sglang_routed(const std::string& path, const TraceShape& sha
                                   const ImportOptions& options);
 ImportReport import_sglang_per_token(const std::string& path, const TraceShape& shape,
                                      const WriterFactory& make_writer, const ImportOptions& options);
+// vLLM's EPLB load window saved as JSON (FORMAT.md "vllm-eplb"), folded to logical experts through
+// its physical_to_logical_map or options.expert_map_path.
+CountsImportReport import_vllm_eplb(const std::string& path, const TraceShape& shape, const ImportOptions& options,
+                                    const LoadWriterFactory& make_writer);
 ImportReport import_megatron_router_trace(const std::string& path, const TraceShape& shape,
                                           const WriterFactory& make_writer, const ImportOptions& options);
 // A load-only format (is_load_only_format) by name; throws UsageError for a route format.

@@ -186,12 +186,12 @@ ExpertMap load_expert_map(const std::string& path, int num_experts) {
 const std::vector<std::string>& import_format_names() {
   static const std::vector<std::string> names = {"esft",          "jsonl",           "npy",        "counts",
                                                  "sglang-routed", "sglang-per-token", "sglang-stat",
-                                                 "megatron-router-trace"};
+                                                 "megatron-router-trace", "vllm-eplb"};
   return names;
 }
 
 bool is_load_only_format(ImportFormat format) {
-  return format == ImportFormat::kCounts || format == ImportFormat::kSglangStat;
+  return format == ImportFormat::kCounts || format == ImportFormat::kSglangStat || format == ImportFormat::kVllmEplb;
 }
 
 ImportFormat parse_import_format(std::string_view name) {
@@ -203,6 +203,7 @@ ImportFormat parse_import_format(std::string_view name) {
   if (name == "sglang-per-token") return ImportFormat::kSglangPerToken;
   if (name == "sglang-stat") return ImportFormat::kSglangStat;
   if (name == "megatron-router-trace") return ImportFormat::kMegatronRouterTrace;
+  if (name == "vllm-eplb") return ImportFormat::kVllmEplb;
   throw common::UsageError("unknown import format " + common::quoted(name) +
                            common::did_you_mean(name, import_format_names()) +
                            "; valid formats: " + common::join(import_format_names(), ", "));
@@ -218,6 +219,7 @@ std::string_view import_format_name(ImportFormat format) {
     case ImportFormat::kSglangPerToken: return "sglang-per-token";
     case ImportFormat::kSglangStat: return "sglang-stat";
     case ImportFormat::kMegatronRouterTrace: return "megatron-router-trace";
+    case ImportFormat::kVllmEplb: return "vllm-eplb";
   }
   return "?";
 }
@@ -233,6 +235,7 @@ ImportReport import_trace(ImportFormat format, const std::string& input, const T
     case ImportFormat::kMegatronRouterTrace: return import_megatron_router_trace(input, shape, make_writer, options);
     case ImportFormat::kCounts:
     case ImportFormat::kSglangStat:
+    case ImportFormat::kVllmEplb:
       throw common::UsageError("the " + std::string(import_format_name(format)) + " format holds per-step expert "
                                "counts, not routes: import it with import_load_only, which writes a load-only trace");
   }
@@ -244,6 +247,7 @@ CountsImportReport import_load_only(ImportFormat format, const std::string& path
   if (format == ImportFormat::kCounts) return import_counts(path, shape, make_writer);
   if (format == ImportFormat::kSglangStat)
     return import_sglang_stat(path, shape, options.decoder_layers, make_writer);
+  if (format == ImportFormat::kVllmEplb) return import_vllm_eplb(path, shape, options, make_writer);
   throw common::UsageError("the " + std::string(import_format_name(format)) +
                            " format holds per-token routes: import it with import_trace");
 }

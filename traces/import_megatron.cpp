@@ -24,7 +24,9 @@ using nlohmann::json;
 class MegatronImporter {
  public:
   MegatronImporter(const std::string& path, const TraceShape& shape, const WriterFactory& make_writer)
-      : path_(path), shape_(shape), k_(static_cast<std::size_t>(shape.top_k)),
+      : path_(path),
+        shape_(shape),
+        k_(static_cast<std::size_t>(shape.top_k)),
         sink_(shape, make_writer,
               "megatron-router-trace import of " + detail::short_name(path) +
                   " (moesim trace import --format megatron-router-trace)") {}
@@ -42,8 +44,9 @@ class MegatronImporter {
     if (records_ == 0) throw common::InputError(path_ + ": no records (only blank lines)");
     if (mtp_records_ > 0)
       sink_.note(std::to_string(mtp_records_) + " multi-token-prediction (block \"mtp\") records skipped");
-    sink_.note("each forward pass (a step, or a repeat of its layers) is one sequence: Megatron records no "
-               "request or sample identity");
+    sink_.note(
+        "each forward pass (a step, or a repeat of its layers) is one sequence: Megatron records no "
+        "request or sample identity");
     return sink_.finish(path_);
   }
 
@@ -84,8 +87,8 @@ class MegatronImporter {
                       " (its MoE layers are " + detail::layers_text(shape_.layers) +
                       "); pass the architecture the trace was recorded on");
     if (rec.contains("topk") && integer(rec, "topk", where) != static_cast<std::int64_t>(k_))
-      fail(where, "\"topk\": " + rec.at("topk").dump() + ", but " + shape_.architecture + " routes top_k = " +
-                      std::to_string(k_) + "; pass the architecture the trace was recorded on");
+      fail(where, "\"topk\": " + rec.at("topk").dump() + ", but " + shape_.architecture +
+                      " routes top_k = " + std::to_string(k_) + "; pass the architecture the trace was recorded on");
     if (!rec.contains("top_indices")) fail(where, "missing field \"top_indices\" (num_tokens x topk expert ids)");
     const json& top = rec.at("top_indices");
     if (!top.is_array()) fail(where, "\"top_indices\": expected an array num_tokens x topk, got " + json_shown(top));
@@ -117,8 +120,9 @@ class MegatronImporter {
       for (std::size_t j = 0; j < k_; ++j) {
         const json& v = row[j];
         if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= shape_.num_experts)
-          fail(where, "\"top_indices\"[" + std::to_string(t) + "][" + std::to_string(j) + "]: expected an expert id 0.." +
-                          std::to_string(shape_.num_experts - 1) + ", got " + json_shown(v));
+          fail(where, "\"top_indices\"[" + std::to_string(t) + "][" + std::to_string(j) +
+                          "]: expected an expert id 0.." + std::to_string(shape_.num_experts - 1) + ", got " +
+                          json_shown(v));
         ids[t * k_ + j] = static_cast<std::uint16_t>(v.get<std::int64_t>());
       }
     }
@@ -170,8 +174,9 @@ ImportReport import_megatron_router_trace(const std::string& path, const TraceSh
   validate_shape(shape, "architecture " + shape.architecture);
   if (options.sequence_length != 0 || !options.sequence_lengths_path.empty() || options.strict ||
       !options.expert_map_path.empty())
-    throw common::UsageError("--sequence-length, --sequence-lengths, --strict and --expert-map do not apply to "
-                             "--format megatron-router-trace");
+    throw common::UsageError(
+        "--sequence-length, --sequence-lengths, --strict and --expert-map do not apply to "
+        "--format megatron-router-trace");
   return MegatronImporter(path, shape, make_writer).run();
 }
 

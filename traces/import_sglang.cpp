@@ -95,7 +95,9 @@ class RoutedImporter {
  public:
   RoutedImporter(const std::string& path, const TraceShape& shape, const WriterFactory& make_writer,
                  const ImportOptions& options)
-      : path_(path), shape_(shape), options_(options),
+      : path_(path),
+        shape_(shape),
+        options_(options),
         sink_(shape, make_writer,
               "sglang-routed import of " + detail::short_name(path) + " (moesim trace import --format sglang-routed)") {
     if (!options.expert_map_path.empty()) map_ = detail::load_expert_map(options.expert_map_path, shape.num_experts);
@@ -126,7 +128,8 @@ class RoutedImporter {
     }
     if (records == 0) throw common::InputError(path_ + ": no records (only blank lines)");
     if (mismatched_ > 0)
-      sink_.note(std::to_string(mismatched_) + " responses hold a token count other than prompt_tokens + "
+      sink_.note(std::to_string(mismatched_) +
+                 " responses hold a token count other than prompt_tokens + "
                  "completion_tokens - 1 (the routing SGLang returns)");
     sink_.note("each response is one sequence, positions 0.. in order (prompt, then generated tokens)");
     return sink_.finish(path_);
@@ -141,7 +144,8 @@ class RoutedImporter {
     if (!meta.is_object())
       throw common::InputError(where + ": \"meta_info\": expected an object, got " + json_shown(meta));
     if (!meta.contains("routed_experts"))
-      throw common::InputError(where + ": no meta_info.routed_experts: start the SGLang server with "
+      throw common::InputError(where +
+                               ": no meta_info.routed_experts: start the SGLang server with "
                                "--enable-return-routed-experts and send \"return_routed_experts\": true");
     const json& re = meta.at("routed_experts");
     const std::string at = where + ": meta_info.routed_experts";
@@ -156,22 +160,24 @@ class RoutedImporter {
                                  " bytes, not a whole number of int32 values");
       values.resize(bytes.size() / 4);
       for (std::size_t i = 0; i < values.size(); ++i) {
-        const std::uint32_t u = static_cast<std::uint32_t>(bytes[4 * i]) |
-                                (static_cast<std::uint32_t>(bytes[4 * i + 1]) << 8) |
-                                (static_cast<std::uint32_t>(bytes[4 * i + 2]) << 16) |
-                                (static_cast<std::uint32_t>(bytes[4 * i + 3]) << 24);
+        const std::uint32_t u =
+            static_cast<std::uint32_t>(bytes[4 * i]) | (static_cast<std::uint32_t>(bytes[4 * i + 1]) << 8) |
+            (static_cast<std::uint32_t>(bytes[4 * i + 2]) << 16) | (static_cast<std::uint32_t>(bytes[4 * i + 3]) << 24);
         values[i] = static_cast<std::int32_t>(u);
       }
       // The layer axis is num_hidden_layers (every decoder layer); fall back to the MoE layers alone.
       const std::size_t moe = shape_.layers.size();
       const auto dec = static_cast<std::size_t>(std::max(options_.decoder_layers, 0));
-      if (dec > 0 && values.size() % (dec * k) == 0) axis = dec;
-      else if (values.size() % (moe * k) == 0) axis = moe;
+      if (dec > 0 && values.size() % (dec * k) == 0)
+        axis = dec;
+      else if (values.size() % (moe * k) == 0)
+        axis = moe;
       else
-        throw common::InputError(at + ": " + std::to_string(values.size()) + " int32 values, not a whole number of "
-                                 "tokens of " + decoder_layers_text(options_) + " layers x top_k " +
-                                 std::to_string(k) + " (" + shape_.architecture +
-                                 "); pass the architecture the routing was recorded on");
+        throw common::InputError(at + ": " + std::to_string(values.size()) +
+                                 " int32 values, not a whole number of "
+                                 "tokens of " +
+                                 decoder_layers_text(options_) + " layers x top_k " + std::to_string(k) + " (" +
+                                 shape_.architecture + "); pass the architecture the routing was recorded on");
       tokens = values.size() / (axis * k);
     } else if (re.is_array()) {  // tokens x layers x top_k as nested lists (a decoded copy)
       tokens = re.size();
@@ -248,7 +254,8 @@ ImportReport per_token(const std::string& path, const TraceShape& shape, const W
                        const ImportOptions& options) {
   const json doc = parse_json_file(path, "SGLang's per_token expert-distribution dump converted to JSON");
   if (!doc.is_object() || !doc.contains("records"))
-    throw common::InputError(path + ": expected an object with \"records\" (the per_token mode dump of "
+    throw common::InputError(path +
+                             ": expected an object with \"records\" (the per_token mode dump of "
                              "/dump_expert_distribution_record)" +
                              (doc.is_object() && doc.contains("logical_count")
                                   ? std::string("; this is a stat-mode dump: use --format sglang-stat")
@@ -262,9 +269,9 @@ ImportReport per_token(const std::string& path, const TraceShape& shape, const W
     map = detail::ExpertMap(doc.at("last_physical_to_logical_map"), shape.num_experts,
                             path + ": last_physical_to_logical_map");
   if (!options.expert_map_path.empty()) map = detail::load_expert_map(options.expert_map_path, shape.num_experts);
-  detail::RouteSink sink(shape, make_writer,
-                 "sglang-per-token import of " + detail::short_name(path) +
-                     " (moesim trace import --format sglang-per-token)");
+  detail::RouteSink sink(
+      shape, make_writer,
+      "sglang-per-token import of " + detail::short_name(path) + " (moesim trace import --format sglang-per-token)");
   const auto k = static_cast<std::size_t>(shape.top_k);
   std::vector<std::uint16_t> ids(sink.per_token());
   std::vector<std::int64_t> row;
@@ -272,7 +279,8 @@ ImportReport per_token(const std::string& path, const TraceShape& shape, const W
   for (std::size_t r = 0; r < records.size(); ++r) {
     const json& rec = records[r];
     const std::string at = path + ": records[" + std::to_string(r) + "]";
-    if (!rec.is_object()) throw common::InputError(at + ": expected an object (one forward pass), got " + json_shown(rec));
+    if (!rec.is_object())
+      throw common::InputError(at + ": expected an object (one forward pass), got " + json_shown(rec));
     const json& topk = member(rec, "topk_ids_of_layer", at, "layers x tokens x top-k expert ids");
     const json& positions = member(rec, "positions", at, "each token's position in its request");
     if (!positions.is_array())
@@ -293,10 +301,10 @@ ImportReport per_token(const std::string& path, const TraceShape& shape, const W
       for (std::size_t t = 0; t < tokens; ++t) {
         const json& ids_row = layer[t];
         if (!ids_row.is_array() || ids_row.size() < k || (columns != 0 && ids_row.size() != columns))
-          throw common::InputError(at + ": topk_ids_of_layer[" + std::to_string(a) + "][" + std::to_string(t) +
-                                   "]: expected " + (columns != 0 ? std::to_string(columns) : "at least " +
-                                   std::to_string(k)) + " expert ids (top_k of " + shape.architecture + " is " +
-                                   std::to_string(k) + "), got " + json_shown(ids_row));
+          throw common::InputError(
+              at + ": topk_ids_of_layer[" + std::to_string(a) + "][" + std::to_string(t) + "]: expected " +
+              (columns != 0 ? std::to_string(columns) : "at least " + std::to_string(k)) + " expert ids (top_k of " +
+              shape.architecture + " is " + std::to_string(k) + "), got " + json_shown(ids_row));
         columns = ids_row.size();
         for (const json& v : ids_row)
           if (!v.is_number_integer())
@@ -318,8 +326,10 @@ ImportReport per_token(const std::string& path, const TraceShape& shape, const W
         sum += lengths.back();
       }
       if (sum != tokens)
-        throw common::InputError(at + ": \"extend_seq_lens\" sum to " + std::to_string(sum) + " tokens, but the pass "
-                                 "has " + std::to_string(tokens) + " (the length of \"positions\")");
+        throw common::InputError(at + ": \"extend_seq_lens\" sum to " + std::to_string(sum) +
+                                 " tokens, but the pass "
+                                 "has " +
+                                 std::to_string(tokens) + " (the length of \"positions\")");
     } else {
       lengths.assign(tokens, 1);
       ++decode_passes;
@@ -330,8 +340,10 @@ ImportReport per_token(const std::string& path, const TraceShape& shape, const W
         const json& pos = positions[t];
         if (!pos.is_number_integer() || pos.get<std::int64_t>() < 0 ||
             pos.get<std::int64_t>() > std::numeric_limits<std::uint32_t>::max())
-          throw common::InputError(at + ": positions[" + std::to_string(t) + "]: expected a position 0..4294967295, "
-                                   "got " + json_shown(pos));
+          throw common::InputError(at + ": positions[" + std::to_string(t) +
+                                   "]: expected a position 0..4294967295, "
+                                   "got " +
+                                   json_shown(pos));
         bool complete = true;
         for (std::size_t l = 0; l < shape.layers.size() && complete; ++l) {
           const json& src = topk[axis_of[l]][t];
@@ -353,13 +365,13 @@ ImportReport per_token(const std::string& path, const TraceShape& shape, const W
       sink.end_sequence();
     }
   }
-  sink.note("each request of a prefill pass is one sequence (extend_seq_lens); SGLang does not record which "
-            "request a token belongs to across passes");
+  sink.note(
+      "each request of a prefill pass is one sequence (extend_seq_lens); SGLang does not record which "
+      "request a token belongs to across passes");
   if (decode_passes > 0)
     sink.note(std::to_string(decode_passes) + (decode_passes == 1 ? " decode pass" : " decode passes") +
               ": each of its tokens is a sequence of its own");
-  if (map.empty())
-    sink.note("no physical -> logical map in the dump: expert ids taken as logical");
+  if (map.empty()) sink.note("no physical -> logical map in the dump: expert ids taken as logical");
   return sink.finish(path);
 }
 
@@ -369,17 +381,19 @@ ImportReport import_sglang_routed(const std::string& path, const TraceShape& sha
                                   const ImportOptions& options) {
   validate_shape(shape, "architecture " + shape.architecture);
   if (options.sequence_length != 0 || !options.sequence_lengths_path.empty() || options.strict)
-    throw common::UsageError("--sequence-length, --sequence-lengths and --strict do not apply to --format "
-                             "sglang-routed: each response is one sequence");
+    throw common::UsageError(
+        "--sequence-length, --sequence-lengths and --strict do not apply to --format "
+        "sglang-routed: each response is one sequence");
   return RoutedImporter(path, shape, make_writer, options).run();
 }
 
-ImportReport import_sglang_per_token(const std::string& path, const TraceShape& shape,
-                                     const WriterFactory& make_writer, const ImportOptions& options) {
+ImportReport import_sglang_per_token(const std::string& path, const TraceShape& shape, const WriterFactory& make_writer,
+                                     const ImportOptions& options) {
   validate_shape(shape, "architecture " + shape.architecture);
   if (options.sequence_length != 0 || !options.sequence_lengths_path.empty() || options.strict)
-    throw common::UsageError("--sequence-length, --sequence-lengths and --strict do not apply to --format "
-                             "sglang-per-token: the dump's extend_seq_lens give the sequences");
+    throw common::UsageError(
+        "--sequence-length, --sequence-lengths and --strict do not apply to --format "
+        "sglang-per-token: the dump's extend_seq_lens give the sequences");
   return per_token(path, shape, make_writer, options);
 }
 
@@ -394,7 +408,8 @@ CountsImportReport import_sglang_stat(const std::string& path, const TraceShape&
   const json* counts = &doc;
   if (doc.is_object()) {
     if (!doc.contains("logical_count"))
-      throw common::InputError(path + ": the JSON object has no \"logical_count\" (forward passes x layers x "
+      throw common::InputError(path +
+                               ": the JSON object has no \"logical_count\" (forward passes x layers x "
                                "logical experts, the stat-mode dump of /dump_expert_distribution_record)");
     counts = &doc.at("logical_count");
   }
@@ -438,7 +453,8 @@ CountsImportReport import_sglang_stat(const std::string& path, const TraceShape&
                                    "); pass the architecture the counts were recorded on");
       }
       for (std::size_t l = 0; l < axis_of.size(); ++l)
-        if (axis_of[l] == a) std::copy(layer.begin(), layer.end(), out.begin() + static_cast<std::ptrdiff_t>(l * experts));
+        if (axis_of[l] == a)
+          std::copy(layer.begin(), layer.end(), out.begin() + static_cast<std::ptrdiff_t>(l * experts));
     }
     ++i;
     return true;
@@ -446,12 +462,15 @@ CountsImportReport import_sglang_stat(const std::string& path, const TraceShape&
   std::uint64_t empty = 0;
   CountsImportReport report = detail::write_count_iterations(
       path, shape, make_writer, "sglang-stat",
-      "sglang-stat import of " + detail::short_name(path) + " (moesim trace import --format sglang-stat)", next, &empty);
+      "sglang-stat import of " + detail::short_name(path) + " (moesim trace import --format sglang-stat)", next,
+      &empty);
   if (empty > 0)
-    report.notes.push_back(std::to_string(empty) + " forward passes without tokens skipped (unused slots of "
+    report.notes.push_back(std::to_string(empty) +
+                           " forward passes without tokens skipped (unused slots of "
                            "SGLang's circular buffer, or idle passes)");
-  report.notes.push_back("pass order follows SGLang's buffer: with a bounded --expert-distribution-recorder-"
-                         "buffer-size, the oldest pass need not come first");
+  report.notes.push_back(
+      "pass order follows SGLang's buffer: with a bounded --expert-distribution-recorder-"
+      "buffer-size, the oldest pass need not come first");
   return report;
 }
 

@@ -75,7 +75,7 @@ int run_import_load_only(const po::variables_map& vm, traces::ImportFormat forma
                          const std::string& output, bool force, Context& ctx) {
   const std::string name(traces::import_format_name(format));
   for (const char* option : {"encoding", "sequence-length", "sequence-lengths", "expert-map"})
-    if (vm.count(option))
+    if (vm.count(option) && !(std::string(option) == "expert-map" && format == traces::ImportFormat::kVllmEplb))
       throw common::UsageError(std::string("--") + option + " does not apply to --format " + name +
                                ": a load-only trace has one encoding and no sequences" +
                                (std::string(option) == "expert-map" ? "; the counts are per logical expert" : ""));
@@ -85,6 +85,7 @@ int run_import_load_only(const po::variables_map& vm, traces::ImportFormat forma
   const models::Architecture arch = import_architecture(vm);
   traces::ImportOptions options;
   options.decoder_layers = arch.num_layers;
+  if (vm.count("expert-map")) options.expert_map_path = vm["expert-map"].as<std::string>();
   const auto report = traces::import_load_only(format, input, arch.trace_shape(), options,
                                                traces::load_file_writer_factory(output, force));
   const auto& shape = report.meta.shape;
@@ -108,7 +109,7 @@ int run_import(const Args& args, Context& ctx) {
   opts.add_options()("format", po::value<std::string>()->required(),
                      "input format: esft, jsonl, npy, sglang-routed, sglang-per-token, megatron-router-trace "
                      "(routes); counts, "
-                     "sglang-stat (per-step expert counts)")(
+                     "sglang-stat, vllm-eplb (per-step expert counts)")(
       "architecture", po::value<std::string>()->required(),
       "architecture name (configs/architectures/NAME.yaml) or path to its YAML")(
       "output,o", po::value<std::string>()->required(),
@@ -118,7 +119,7 @@ int run_import(const Args& args, Context& ctx) {
       "sequence-length", po::value<std::uint64_t>(), "npy: cut the tokens into sequences of N tokens")(
       "sequence-lengths", po::value<std::string>(), "npy: a 1-D integer .npy of sequence lengths")(
       "expert-map", po::value<std::string>(),
-      "sglang-routed, sglang-per-token: JSON physical -> logical expert map (redundant experts)")(
+      "sglang-routed, sglang-per-token, vllm-eplb: JSON physical -> logical expert map (redundant experts)")(
       "force", po::bool_switch(), "replace an existing output file");
   po::options_description hidden;
   hidden.add_options()("input", po::value<std::string>()->required(), "the input (or give it as the first argument)");
@@ -128,7 +129,7 @@ int run_import(const Args& args, Context& ctx) {
   pos.add("input", 1);
   const std::string usage =
       "moesim trace import --format esft|jsonl|npy|counts|sglang-routed|sglang-per-token|sglang-stat|"
-      "megatron-router-trace "
+      "megatron-router-trace|vllm-eplb "
       "--architecture NAME INPUT -o OUT [--strict] [--expert-map MAP.json] [--force]";
   auto vm = parse_options(args, all, pos, usage,
                           "Converts routing recorded by other tools into a moesim trace. INPUT is a folder of\n"
@@ -137,7 +138,8 @@ int run_import(const Args& args, Context& ctx) {
                           ".json or .csv) into a load-only trace. Serving-engine output: sglang-routed (JSON lines of\n"
                           "/generate responses with meta_info.routed_experts), sglang-per-token and sglang-stat\n"
                           "(/dump_expert_distribution_record dumps converted to JSON), megatron-router-trace\n"
-                          "(router_trace_rankR.jsonl of --moe-routing-trace-path). The formats are described in\n"
+                          "(router_trace_rankR.jsonl of --moe-routing-trace-path), vllm-eplb (vLLM's EPLB load window\n"
+                          "saved as JSON). The formats are described in\n"
                           "traces/FORMAT.md.",
                           ctx);
   if (!vm) return common::kExitOk;
@@ -260,8 +262,9 @@ int run_split(const Args& args, Context& ctx) {
 
 void register_trace_import_commands(std::vector<Command>& commands) {
   commands.push_back({"trace import",
-                      "convert routing (esft, jsonl, npy, sglang-routed, sglang-per-token, megatron-router-trace) or per-step expert "
-                      "counts (counts, sglang-stat) recorded elsewhere",
+                      "convert routing (esft, jsonl, npy, sglang-routed, sglang-per-token, megatron-router-trace) or "
+                      "per-step expert "
+                      "counts (counts, sglang-stat, vllm-eplb) recorded elsewhere",
                       run_import});
   commands.push_back({"trace convert", "rewrite a trace in the other encoding (binary <-> text)", run_convert});
   commands.push_back({"trace split", "split a trace by sequence into profile and held-out parts", run_split});

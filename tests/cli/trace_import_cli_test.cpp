@@ -192,7 +192,8 @@ TEST_CASE("trace import cli: usage mistakes exit 2 with a hint") {
   r = run_moesim({"trace", "import", "--help"});
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("usage: moesim trace import --format esft|jsonl|npy|counts|sglang-routed|sglang-per-token|"
-                   "sglang-stat|megatron-router-trace --architecture NAME INPUT -o OUT") != std::string::npos);
+                   "sglang-stat|megatron-router-trace|vllm-eplb --architecture NAME INPUT -o OUT") !=
+        std::string::npos);
 }
 
 // The serving-engine samples (tests/data/traces/engines/, make_engine_samples.py) as a user imports them.
@@ -213,6 +214,7 @@ TEST_CASE("trace import cli: engine outputs import (routes or load-only), and br
       {"sglang-per-token", "sglang_per_token.json", {}, "t.txt", "imported 7 tokens in 4 sequences"},
       {"megatron-router-trace", "megatron_router_trace_rank0.jsonl", {}, "m.mtr", "imported 12 tokens in 3 sequences"},
       {"sglang-stat", "sglang_stat.json", {}, "s.mlt", "imported 3 iterations, 22 tokens (3 to 12 per iteration)"},
+      {"vllm-eplb", "vllm_eplb_state.json", {}, "v.mlt", "imported 3 iterations, 11 tokens (2 to 5 per iteration)"},
   };
   for (const auto& g : goods) {
     CAPTURE(g.input);

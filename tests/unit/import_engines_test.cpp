@@ -27,7 +27,9 @@ using nlohmann::json;
 
 namespace {
 
-fs::path engines() { return moesim::testing::test_data_dir() / "traces" / "engines"; }
+fs::path engines() {
+  return moesim::testing::test_data_dir() / "traces" / "engines";
+}
 models::Architecture tiny() {
   return models::load_architecture((moesim::testing::test_data_dir() / "traces" / "tiny-dsv2.yaml").string());
 }
@@ -43,8 +45,7 @@ MemoryTrace import_routes(ImportFormat f, const fs::path& input, const ImportOpt
                           ImportReport* report = nullptr) {
   MemoryTrace out;
   ImportReport r = import_trace(
-      f, input.string(), tiny().trace_shape(), [&](const TraceMeta& m) { return write_memory_trace(out, m); },
-      options);
+      f, input.string(), tiny().trace_shape(), [&](const TraceMeta& m) { return write_memory_trace(out, m); }, options);
   if (report != nullptr) *report = r;
   return out;
 }
@@ -57,7 +58,9 @@ std::string error_of(const std::function<void()>& f) {
   }
   return "(no InputError)";
 }
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 // The test's own base64 reading (independent of the importer's).
 std::vector<std::int32_t> int32_of_base64(const std::string& text) {
@@ -108,7 +111,8 @@ void check_routed(const MemoryTrace& trace, const std::vector<json>& rs, const s
   for (std::size_t s = 0; s < rs.size(); ++s) {
     const json& meta = rs[s].at("meta_info");
     const auto values = int32_of_base64(meta.at("routed_experts").get<std::string>());
-    const std::size_t n = meta.at("prompt_tokens").get<std::size_t>() + meta.at("completion_tokens").get<std::size_t>() - 1;
+    const std::size_t n =
+        meta.at("prompt_tokens").get<std::size_t>() + meta.at("completion_tokens").get<std::size_t>() - 1;
     REQUIRE(values.size() == n * decoder * k);
     for (std::size_t t = 0; t < n; ++t, ++token) {
       REQUIRE(token < trace.tokens.size());
@@ -136,13 +140,14 @@ void check_routed(const MemoryTrace& trace, const std::vector<json>& rs, const s
 TEST_CASE("sglang-routed: each response is a sequence; the MoE layers are taken from num_hidden_layers rows") {
   ImportReport report;
   const auto arch = tiny();
-  const MemoryTrace t = import_routes(ImportFormat::kSglangRouted, engines() / "sglang_routed.jsonl",
-                                      options_for(arch), &report);
+  const MemoryTrace t =
+      import_routes(ImportFormat::kSglangRouted, engines() / "sglang_routed.jsonl", options_for(arch), &report);
   const auto rs = responses(engines() / "sglang_routed.jsonl");
   REQUIRE(rs.size() == 3);
   std::size_t want = 0;
   for (const auto& r : rs)
-    want += r["meta_info"]["prompt_tokens"].get<std::size_t>() + r["meta_info"]["completion_tokens"].get<std::size_t>() - 1;
+    want +=
+        r["meta_info"]["prompt_tokens"].get<std::size_t>() + r["meta_info"]["completion_tokens"].get<std::size_t>() - 1;
   CHECK(report.tokens == want);
   CHECK(t.meta.token_count == want);
   CHECK(report.sequences == 3);
@@ -204,8 +209,9 @@ TEST_CASE("sglang-routed: broken variants name the file, line and the fix") {
   o.decoder_layers = 32;
   e = error_of([&] {
     MemoryTrace out;
-    import_trace(ImportFormat::kSglangRouted, sample.string(), models::load_architecture("mixtral-8x7b").trace_shape(),
-                 [&](const TraceMeta& m) { return write_memory_trace(out, m); }, o);
+    import_trace(
+        ImportFormat::kSglangRouted, sample.string(), models::load_architecture("mixtral-8x7b").trace_shape(),
+        [&](const TraceMeta& m) { return write_memory_trace(out, m); }, o);
   });
   CHECK(contains(e, sample.string() + ":1: meta_info.routed_experts: "));
   CHECK(contains(e, "pass the architecture the routing was recorded on"));
@@ -235,7 +241,8 @@ TEST_CASE("sglang-per-token: prefill requests and decode tokens become sequences
           const auto layer = static_cast<std::size_t>(shape.layers[l]);
           for (std::size_t j = 0; j < k; ++j) {
             const int phys = rec["topk_ids_of_layer"][layer][i][j].get<int>();
-            CHECK(t.tokens.experts[(token * shape.layers.size() + l) * k + j] == p2l[layer][static_cast<std::size_t>(phys)]);
+            CHECK(t.tokens.experts[(token * shape.layers.size() + l) * k + j] ==
+                  p2l[layer][static_cast<std::size_t>(phys)]);
           }
         }
       }
@@ -267,7 +274,8 @@ TEST_CASE("sglang-per-token: broken variants and a torch pickle name the file, r
   bad = good;
   bad["last_physical_to_logical_map"][1][3] = 64;
   e = error_for("map.json", bad);
-  CHECK(contains(e, "map.json: last_physical_to_logical_map: physical_to_logical_map[1][3]: expected a logical expert id"));
+  CHECK(contains(
+      e, "map.json: last_physical_to_logical_map: physical_to_logical_map[1][3]: expected a logical expert id"));
   // SGLang's own .pt file (a pickle) is refused with the conversion command.
   const fs::path pt = dir / "expert_distribution_recorder_1.pt";
   write_text(pt, std::string("\x80\x02}q\x00", 5));
@@ -281,9 +289,8 @@ TEST_CASE("sglang-stat: logical_count passes become load-only iterations; empty 
   const fs::path input = engines() / "sglang_stat.json";
   const fs::path out = dir / "stat.mlt";
   const auto arch = tiny();
-  const CountsImportReport report =
-      import_load_only(ImportFormat::kSglangStat, input.string(), arch.trace_shape(), options_for(arch),
-                       load_file_writer_factory(out.string(), false));
+  const CountsImportReport report = import_load_only(ImportFormat::kSglangStat, input.string(), arch.trace_shape(),
+                                                     options_for(arch), load_file_writer_factory(out.string(), false));
   const json doc = json::parse(read_text(input));
   const TraceShape shape = arch.trace_shape();
   std::vector<std::vector<std::uint32_t>> want;  // per non-empty pass: [MoE layer][expert]
@@ -303,7 +310,8 @@ TEST_CASE("sglang-stat: logical_count passes become load-only iterations; empty 
   CHECK(report.tokens == tokens);
   CHECK(report.min_tokens == 3);
   CHECK(report.max_tokens == 12);
-  CHECK(std::any_of(report.notes.begin(), report.notes.end(), [](const std::string& n) { return contains(n, "1 forward"); }));
+  CHECK(std::any_of(report.notes.begin(), report.notes.end(),
+                    [](const std::string& n) { return contains(n, "1 forward"); }));
   auto reader = open_load_trace(out.string());
   std::vector<std::uint32_t> counts;
   for (const auto& w : want) {
@@ -387,7 +395,8 @@ TEST_CASE("megatron-router-trace: each forward pass is a sequence, layers by dec
   CHECK(token == t.tokens.size());
   CHECK(report.tokens == 12);
   CHECK(report.sequences == 3);
-  CHECK(std::any_of(report.notes.begin(), report.notes.end(), [](const std::string& n) { return contains(n, "1 multi-token"); }));
+  CHECK(std::any_of(report.notes.begin(), report.notes.end(),
+                    [](const std::string& n) { return contains(n, "1 multi-token"); }));
 }
 
 TEST_CASE("megatron-router-trace: broken variants name the file, line and the fix") {
@@ -421,4 +430,72 @@ TEST_CASE("megatron-router-trace: broken variants name the file, line and the fi
   rec["topk"] = 8;
   e = error_for("topk.jsonl", 0, rec);
   CHECK(contains(e, "topk.jsonl:1: \"topk\": 8, but tiny-dsv2 routes top_k = 6"));
+}
+
+TEST_CASE("vllm-eplb: the load window folds physical to logical experts, oldest pass first, empty slots skipped") {
+  TempDir dir;
+  const fs::path input = engines() / "vllm_eplb_state.json";
+  const fs::path out = dir / "v.mlt";
+  const auto arch = tiny();
+  const CountsImportReport report = import_load_only(ImportFormat::kVllmEplb, input.string(), arch.trace_shape(),
+                                                     options_for(arch), load_file_writer_factory(out.string(), false));
+  const json doc = json::parse(read_text(input));
+  const auto window = doc.at("expert_load_window");
+  const auto p2l = doc.at("physical_to_logical_map").get<std::vector<std::vector<int>>>();
+  const std::size_t start = doc.at("expert_load_window_step").get<std::size_t>();
+  std::vector<std::vector<std::uint32_t>> want;
+  for (std::size_t i = 0; i < window.size(); ++i) {
+    const json& pass = window[(start + i) % window.size()];
+    std::vector<std::uint32_t> c(4 * 64, 0);
+    for (std::size_t l = 0; l < 4; ++l)
+      for (std::size_t p = 0; p < pass[l].size(); ++p)
+        c[l * 64 + static_cast<std::size_t>(p2l[l][p])] += pass[l][p].get<std::uint32_t>();
+    if (std::any_of(c.begin(), c.end(), [](std::uint32_t x) { return x != 0; })) want.push_back(c);
+  }
+  REQUIRE(want.size() == 3);
+  CHECK(report.iterations == 3);
+  CHECK(report.tokens == 11);
+  auto reader = open_load_trace(out.string());
+  std::vector<std::uint32_t> counts;
+  for (const auto& w : want) {
+    REQUIRE(reader->next(counts));
+    CHECK(counts == w);
+  }
+  CHECK_FALSE(reader->next(counts));
+  // The first iteration is slot 1 (the oldest), 4 tokens: every MoE layer sums to 4 x top-6.
+  for (std::size_t l = 0; l < 4; ++l) {
+    std::uint32_t sum = 0;
+    for (std::size_t e = 0; e < 64; ++e) sum += want[0][l * 64 + e];
+    CHECK(sum == 24);
+  }
+}
+
+TEST_CASE("vllm-eplb: broken variants name the file and the pass") {
+  TempDir dir;
+  const auto arch = tiny();
+  const json good = json::parse(read_text(engines() / "vllm_eplb_state.json"));
+  auto error_for = [&](const std::string& name, const json& doc) {
+    const fs::path p = dir / name;
+    write_text(p, doc.dump());
+    const fs::path out = dir / (name + ".mlt");
+    std::string e = error_of([&] {
+      import_load_only(ImportFormat::kVllmEplb, p.string(), arch.trace_shape(), options_for(arch),
+                       load_file_writer_factory(out.string(), false));
+    });
+    CHECK_FALSE(fs::exists(out));
+    return e;
+  };
+  json bad = good;
+  bad.erase("physical_to_logical_map");
+  std::string e = error_for("nomap.json", bad);
+  CHECK(contains(e, "nomap.json: 72 physical experts but tiny-dsv2 has 64 logical experts"));
+  CHECK(contains(e, "--expert-map"));
+  bad = good;
+  bad["expert_load_window"][3][1][0] = bad["expert_load_window"][3][1][0].get<int>() + 1;
+  e = error_for("sum.json", bad);
+  CHECK(contains(e, "sum.json: expert_load_window[3] (pass 2 from the oldest): "));
+  bad = good;
+  bad["expert_load_window_step"] = 4;
+  e = error_for("step.json", bad);
+  CHECK(contains(e, "step.json: \"expert_load_window_step\": expected an index into the window, got 4"));
 }

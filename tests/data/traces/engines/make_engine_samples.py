@@ -26,6 +26,11 @@ layers, MoE layers 1..4, 64 experts, top-6. Provenance of each layout (public so
   _flush_records_to_disk): one JSON line per (step, block, layer) with top_indices num_tokens x topk;
   "layer" is N of the router's module name decoder.layers.N. Step 0 holds two micro-batches (the
   layers repeat), then step 1, and one multi-token-prediction record (block "mtp").
+- vllm_eplb_state.json: vLLM's EPLB state (vllm-project/vllm vllm/distributed/eplb/eplb_state.py,
+  EplbModelState.expert_load_window [window][num_moe_layers][num_physical_experts],
+  expert_load_window_step, physical_to_logical_map [num_moe_layers][num_physical_experts]), which vLLM
+  keeps in memory only, saved as JSON the way FORMAT.md "vllm-eplb" shows; slot 1 is the oldest pass
+  and slot 2 was never filled.
 """
 import base64
 import json
@@ -134,3 +139,17 @@ with open(HERE / "megatron_router_trace_rank0.jsonl", "w") as f:
             f.write(json.dumps(megatron_record(step, layer, tokens)) + "\n")
         if step == 1:
             f.write(json.dumps(megatron_record(step, 1, tokens, "mtp", 0)) + "\n")
+
+
+def physical_pass(tokens):
+    load = [[0] * (EXPERTS + REDUNDANT) for _ in MOE]
+    for _ in range(tokens):
+        for i, l in enumerate(MOE):
+            for e in token_routes()[l]:
+                load[i][to_physical(l, e)] += 1
+    return load
+
+
+with open(HERE / "vllm_eplb_state.json", "w") as f:
+    json.dump({"expert_load_window": [physical_pass(5), physical_pass(4), physical_pass(0), physical_pass(2)],
+               "expert_load_window_step": 1, "physical_to_logical_map": [p2l[l] for l in MOE]}, f)

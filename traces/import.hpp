@@ -7,7 +7,8 @@
 // `counts` is apart: it reads per-step expert counts (load only, no per-token routes) and writes a
 // load-only trace (traces/load_trace.hpp) through import_counts; import_trace refuses it. So is
 // `sglang-stat` (SGLang's stat-mode expert distribution, per-pass counts) and `vllm-eplb` (vLLM's EPLB
-// expert load window): is_load_only_format.
+// expert load window) and `trtllm-expert-statistic` (TensorRT-LLM's per-iteration expert counts):
+// is_load_only_format.
 // Engine formats (FORMAT.md "Serving-engine formats"): `sglang-routed` (the per-request routed experts an
 // SGLang server returns), `sglang-per-token` (its per_token expert-distribution dump) and
 // `megatron-router-trace` (Megatron-Core's --moe-routing-trace-path JSONL) give routes.
@@ -27,10 +28,11 @@
 namespace moesim::traces {
 
 enum class ImportFormat { kEsft, kJsonl, kNpy, kCounts, kSglangRouted, kSglangPerToken, kSglangStat,
-                          kMegatronRouterTrace, kVllmEplb };
+                          kMegatronRouterTrace, kVllmEplb,
+                          kTrtllmExpertStatistic };
 
 // "esft", "jsonl", "npy", "counts", "sglang-routed", "sglang-per-token", "sglang-stat", "megatron-router-trace",
-// "vllm-eplb"
+// "vllm-eplb", "trtllm-expert-statistic"
 const std::vector<std::string>& import_format_names();
 // Formats whose input is per-step counts, imported into a load-only trace (import_load_only).
 bool is_load_only_format(ImportFormat format);
@@ -98,6 +100,10 @@ ImportReport import_sglang_per_token(const std::string& path, const TraceShape& 
 // its physical_to_logical_map or options.expert_map_path.
 CountsImportReport import_vllm_eplb(const std::string& path, const TraceShape& shape, const ImportOptions& options,
                                     const LoadWriterFactory& make_writer);
+// TensorRT-LLM's EXPERT_STATISTIC_PATH folder (or one rank{R}.safetensors) (FORMAT.md
+// "trtllm-expert-statistic"); load-balancer slots fold through options.expert_map_path.
+CountsImportReport import_trtllm_expert_statistic(const std::string& path, const TraceShape& shape,
+                                                  const ImportOptions& options, const LoadWriterFactory& make_writer);
 ImportReport import_megatron_router_trace(const std::string& path, const TraceShape& shape,
                                           const WriterFactory& make_writer, const ImportOptions& options);
 // A load-only format (is_load_only_format) by name; throws UsageError for a route format.

@@ -186,12 +186,14 @@ ExpertMap load_expert_map(const std::string& path, int num_experts) {
 const std::vector<std::string>& import_format_names() {
   static const std::vector<std::string> names = {"esft",          "jsonl",           "npy",        "counts",
                                                  "sglang-routed", "sglang-per-token", "sglang-stat",
-                                                 "megatron-router-trace", "vllm-eplb"};
+                                                 "megatron-router-trace", "vllm-eplb",
+                                                 "trtllm-expert-statistic"};
   return names;
 }
 
 bool is_load_only_format(ImportFormat format) {
-  return format == ImportFormat::kCounts || format == ImportFormat::kSglangStat || format == ImportFormat::kVllmEplb;
+  return format == ImportFormat::kCounts || format == ImportFormat::kSglangStat || format == ImportFormat::kVllmEplb ||
+         format == ImportFormat::kTrtllmExpertStatistic;
 }
 
 ImportFormat parse_import_format(std::string_view name) {
@@ -204,6 +206,7 @@ ImportFormat parse_import_format(std::string_view name) {
   if (name == "sglang-stat") return ImportFormat::kSglangStat;
   if (name == "megatron-router-trace") return ImportFormat::kMegatronRouterTrace;
   if (name == "vllm-eplb") return ImportFormat::kVllmEplb;
+  if (name == "trtllm-expert-statistic") return ImportFormat::kTrtllmExpertStatistic;
   throw common::UsageError("unknown import format " + common::quoted(name) +
                            common::did_you_mean(name, import_format_names()) +
                            "; valid formats: " + common::join(import_format_names(), ", "));
@@ -220,6 +223,7 @@ std::string_view import_format_name(ImportFormat format) {
     case ImportFormat::kSglangStat: return "sglang-stat";
     case ImportFormat::kMegatronRouterTrace: return "megatron-router-trace";
     case ImportFormat::kVllmEplb: return "vllm-eplb";
+    case ImportFormat::kTrtllmExpertStatistic: return "trtllm-expert-statistic";
   }
   return "?";
 }
@@ -236,6 +240,7 @@ ImportReport import_trace(ImportFormat format, const std::string& input, const T
     case ImportFormat::kCounts:
     case ImportFormat::kSglangStat:
     case ImportFormat::kVllmEplb:
+    case ImportFormat::kTrtllmExpertStatistic:
       throw common::UsageError("the " + std::string(import_format_name(format)) + " format holds per-step expert "
                                "counts, not routes: import it with import_load_only, which writes a load-only trace");
   }
@@ -248,6 +253,8 @@ CountsImportReport import_load_only(ImportFormat format, const std::string& path
   if (format == ImportFormat::kSglangStat)
     return import_sglang_stat(path, shape, options.decoder_layers, make_writer);
   if (format == ImportFormat::kVllmEplb) return import_vllm_eplb(path, shape, options, make_writer);
+  if (format == ImportFormat::kTrtllmExpertStatistic)
+    return import_trtllm_expert_statistic(path, shape, options, make_writer);
   throw common::UsageError("the " + std::string(import_format_name(format)) +
                            " format holds per-token routes: import it with import_trace");
 }

@@ -74,8 +74,10 @@ models::Architecture import_architecture(const po::variables_map& vm) {
 int run_import_load_only(const po::variables_map& vm, traces::ImportFormat format, const std::string& input,
                          const std::string& output, bool force, Context& ctx) {
   const std::string name(traces::import_format_name(format));
+  const bool takes_map =
+      format == traces::ImportFormat::kVllmEplb || format == traces::ImportFormat::kTrtllmExpertStatistic;
   for (const char* option : {"encoding", "sequence-length", "sequence-lengths", "expert-map"})
-    if (vm.count(option) && !(std::string(option) == "expert-map" && format == traces::ImportFormat::kVllmEplb))
+    if (vm.count(option) && !(std::string(option) == "expert-map" && takes_map))
       throw common::UsageError(std::string("--") + option + " does not apply to --format " + name +
                                ": a load-only trace has one encoding and no sequences" +
                                (std::string(option) == "expert-map" ? "; the counts are per logical expert" : ""));
@@ -109,7 +111,7 @@ int run_import(const Args& args, Context& ctx) {
   opts.add_options()("format", po::value<std::string>()->required(),
                      "input format: esft, jsonl, npy, sglang-routed, sglang-per-token, megatron-router-trace "
                      "(routes); counts, "
-                     "sglang-stat, vllm-eplb (per-step expert counts)")(
+                     "sglang-stat, vllm-eplb, trtllm-expert-statistic (per-step expert counts)")(
       "architecture", po::value<std::string>()->required(),
       "architecture name (configs/architectures/NAME.yaml) or path to its YAML")(
       "output,o", po::value<std::string>()->required(),
@@ -119,7 +121,8 @@ int run_import(const Args& args, Context& ctx) {
       "sequence-length", po::value<std::uint64_t>(), "npy: cut the tokens into sequences of N tokens")(
       "sequence-lengths", po::value<std::string>(), "npy: a 1-D integer .npy of sequence lengths")(
       "expert-map", po::value<std::string>(),
-      "sglang-routed, sglang-per-token, vllm-eplb: JSON physical -> logical expert map (redundant experts)")(
+      "sglang-routed, sglang-per-token, vllm-eplb, trtllm-expert-statistic: JSON physical -> logical expert "
+      "map (redundant experts)")(
       "force", po::bool_switch(), "replace an existing output file");
   po::options_description hidden;
   hidden.add_options()("input", po::value<std::string>()->required(), "the input (or give it as the first argument)");
@@ -129,7 +132,7 @@ int run_import(const Args& args, Context& ctx) {
   pos.add("input", 1);
   const std::string usage =
       "moesim trace import --format esft|jsonl|npy|counts|sglang-routed|sglang-per-token|sglang-stat|"
-      "megatron-router-trace|vllm-eplb "
+      "megatron-router-trace|vllm-eplb|trtllm-expert-statistic "
       "--architecture NAME INPUT -o OUT [--strict] [--expert-map MAP.json] [--force]";
   auto vm = parse_options(args, all, pos, usage,
                           "Converts routing recorded by other tools into a moesim trace. INPUT is a folder of\n"
@@ -139,7 +142,8 @@ int run_import(const Args& args, Context& ctx) {
                           "/generate responses with meta_info.routed_experts), sglang-per-token and sglang-stat\n"
                           "(/dump_expert_distribution_record dumps converted to JSON), megatron-router-trace\n"
                           "(router_trace_rankR.jsonl of --moe-routing-trace-path), vllm-eplb (vLLM's EPLB load window\n"
-                          "saved as JSON). The formats are described in\n"
+                          "saved as JSON), trtllm-expert-statistic (EXPERT_STATISTIC_PATH folder).\n"
+                          "The formats are described in\n"
                           "traces/FORMAT.md.",
                           ctx);
   if (!vm) return common::kExitOk;
@@ -264,7 +268,7 @@ void register_trace_import_commands(std::vector<Command>& commands) {
   commands.push_back({"trace import",
                       "convert routing (esft, jsonl, npy, sglang-routed, sglang-per-token, megatron-router-trace) or "
                       "per-step expert "
-                      "counts (counts, sglang-stat, vllm-eplb) recorded elsewhere",
+                      "counts (counts, sglang-stat, vllm-eplb, trtllm-expert-statistic) recorded elsewhere",
                       run_import});
   commands.push_back({"trace convert", "rewrite a trace in the other encoding (binary <-> text)", run_convert});
   commands.push_back({"trace split", "split a trace by sequence into profile and held-out parts", run_split});

@@ -192,7 +192,8 @@ TEST_CASE("trace import cli: usage mistakes exit 2 with a hint") {
   r = run_moesim({"trace", "import", "--help"});
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("usage: moesim trace import --format esft|jsonl|npy|counts|sglang-routed|sglang-per-token|"
-                   "sglang-stat|megatron-router-trace|vllm-eplb --architecture NAME INPUT -o OUT") !=
+                   "sglang-stat|megatron-router-trace|vllm-eplb|trtllm-expert-statistic "
+                   "--architecture NAME INPUT -o OUT") !=
         std::string::npos);
 }
 
@@ -215,6 +216,8 @@ TEST_CASE("trace import cli: engine outputs import (routes or load-only), and br
       {"megatron-router-trace", "megatron_router_trace_rank0.jsonl", {}, "m.mtr", "imported 12 tokens in 3 sequences"},
       {"sglang-stat", "sglang_stat.json", {}, "s.mlt", "imported 3 iterations, 22 tokens (3 to 12 per iteration)"},
       {"vllm-eplb", "vllm_eplb_state.json", {}, "v.mlt", "imported 3 iterations, 11 tokens (2 to 5 per iteration)"},
+      {"trtllm-expert-statistic", "trtllm_expert_statistic", {}, "trt.mlt",
+       "imported 3 iterations, 10 tokens (1 to 6 per iteration)"},
   };
   for (const auto& g : goods) {
     CAPTURE(g.input);

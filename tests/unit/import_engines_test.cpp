@@ -4,7 +4,9 @@
 // sample decoded here independently; then a broken variant of each sample gives an InputError naming
 // the file and the record.
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -498,4 +500,78 @@ TEST_CASE("vllm-eplb: broken variants name the file and the pass") {
   bad["expert_load_window_step"] = 4;
   e = error_for("step.json", bad);
   CHECK(contains(e, "step.json: \"expert_load_window_step\": expected an index into the window, got 4"));
+}
+
+TEST_CASE("trtllm-expert-statistic: safetensors tensors ITERATION_LAYER become iterations in order") {
+  TempDir dir;
+  const fs::path input = engines() / "trtllm_expert_statistic";
+  const auto arch = tiny();
+  const fs::path out = dir / "t.mlt";
+  const CountsImportReport report =
+      import_load_only(ImportFormat::kTrtllmExpertStatistic, input.string(), arch.trace_shape(), options_for(arch),
+                       load_file_writer_factory(out.string(), false));
+  // The test's own safetensors reading: header length, JSON header, I64 data.
+  const std::string bytes = read_text(input / "rank0.safetensors");
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  const json header = json::parse(bytes.substr(8, n));
+  std::map<int, std::vector<std::uint32_t>> want;  // iteration -> [MoE layer][expert]
+  for (const auto& [name, info] : header.items()) {
+    const int iteration = std::stoi(name.substr(0, name.find('_')));
+    const int layer = std::stoi(name.substr(name.find('_') + 1));
+    auto& c = want[iteration];
+    c.resize(4 * 64, 0);
+    const std::size_t begin = 8 + n + info["data_offsets"][0].get<std::size_t>();
+    for (std::size_t e = 0; e < 64; ++e) {
+      std::int64_t v = 0;
+      std::memcpy(&v, bytes.data() + begin + e * 8, 8);
+      c[static_cast<std::size_t>(layer - 1) * 64 + e] = static_cast<std::uint32_t>(v);
+    }
+  }
+  REQUIRE(want.size() == 3);
+  CHECK(report.iterations == 3);
+  CHECK(report.tokens == 10);
+  auto reader = open_load_trace(out.string());
+  std::vector<std::uint32_t> counts;
+  for (const auto& [iteration, w] : want) {
+    CAPTURE(iteration);
+    REQUIRE(reader->next(counts));
+    CHECK(counts == w);
+  }
+  CHECK_FALSE(reader->next(counts));
+}
+
+TEST_CASE("trtllm-expert-statistic: broken variants name the file, tensor or iteration and the fix") {
+  TempDir dir;
+  const auto arch = tiny();
+  const fs::path good = engines() / "trtllm_expert_statistic";
+  auto error_in = [&](const fs::path& folder) {
+    return error_of([&] {
+      import_load_only(ImportFormat::kTrtllmExpertStatistic, folder.string(), arch.trace_shape(), options_for(arch),
+                       load_file_writer_factory((dir / "x.mlt").string(), true));
+    });
+  };
+  // meta_info.json of a top-8 model.
+  const fs::path a = dir / "topk";
+  fs::create_directories(a);
+  fs::copy_file(good / "rank0.safetensors", a / "rank0.safetensors");
+  write_text(a / "meta_info.json", "{\"num_experts\": 64, \"num_experts_per_token\": 8}");
+  std::string e = error_in(a);
+  CHECK(contains(e, (a / "meta_info.json").string() + ": num_experts_per_token 8, but tiny-dsv2 routes top_k = 6"));
+  // A file cut short: the data offsets no longer fit.
+  const fs::path b = dir / "cut";
+  fs::create_directories(b);
+  const std::string bytes = read_text(good / "rank0.safetensors");
+  write_text(b / "rank0.safetensors", bytes.substr(0, bytes.size() - 8));
+  e = error_in(b);
+  CHECK(contains(e, (b / "rank0.safetensors").string() + ": tensor \""));
+  CHECK(contains(e, "do not hold 64 values of I64 inside the file"));
+  // Load-balancer slots without a map.
+  const fs::path c = dir / "slots";
+  fs::create_directories(c);
+  fs::copy_file(good / "rank0.safetensors", c / "rank0.safetensors");
+  write_text(c / "meta_info.json", "{\"num_experts\": 72, \"num_experts_per_token\": 6}");
+  e = error_in(c);
+  CHECK(contains(e, "num_experts 72, but tiny-dsv2 has 64 experts"));
+  CHECK(contains(e, "--expert-map"));
 }

@@ -31,6 +31,11 @@ layers, MoE layers 1..4, 64 experts, top-6. Provenance of each layout (public so
   expert_load_window_step, physical_to_logical_map [num_moe_layers][num_physical_experts]), which vLLM
   keeps in memory only, saved as JSON the way FORMAT.md "vllm-eplb" shows; slot 1 is the oldest pass
   and slot 2 was never filled.
+- trtllm_expert_statistic/: TensorRT-LLM's expert statistic (NVIDIA/TensorRT-LLM
+  tensorrt_llm/_torch/expert_statistic.py, ExpertStatistic._maybe_add_info and _write): meta_info.json
+  and rank0.safetensors whose I64 tensors "{iteration}_{layer}" hold torch.bincount counts per expert
+  (the safetensors layout: 8-byte little-endian header length, a JSON header padded with spaces to a
+  multiple of 8, then the raw data). Iterations 100..102 of EXPERT_STATISTIC_ITER_RANGE=100-103.
 """
 import base64
 import json
@@ -153,3 +158,27 @@ def physical_pass(tokens):
 with open(HERE / "vllm_eplb_state.json", "w") as f:
     json.dump({"expert_load_window": [physical_pass(5), physical_pass(4), physical_pass(0), physical_pass(2)],
                "expert_load_window_step": 1, "physical_to_logical_map": [p2l[l] for l in MOE]}, f)
+
+
+def safetensors_bytes(tensors):
+    header, data = {}, b""
+    for name in sorted(tensors):
+        raw = struct.pack("<%dq" % len(tensors[name]), *tensors[name])
+        header[name] = {"dtype": "I64", "shape": [len(tensors[name])], "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+trt = HERE / "trtllm_expert_statistic"
+trt.mkdir(exist_ok=True)
+with open(trt / "meta_info.json", "w") as f:
+    json.dump({"num_experts": EXPERTS, "num_experts_per_token": TOPK}, f)
+tensors = {}
+for iteration, tokens in [(100, 3), (101, 6), (102, 1)]:
+    counts = stat_pass(tokens)
+    for l in MOE:
+        tensors["%d_%d" % (iteration, l)] = counts[l]
+with open(trt / "rank0.safetensors", "wb") as f:
+    f.write(safetensors_bytes(tensors))

@@ -533,10 +533,11 @@ TEST_CASE("trtllm-expert-statistic: safetensors tensors ITERATION_LAYER become i
   CHECK(report.tokens == 10);
   auto reader = open_load_trace(out.string());
   std::vector<std::uint32_t> counts;
-  for (const auto& [iteration, w] : want) {
+  for (const auto& entry : want) {
+    const int iteration = entry.first;  // a plain variable: Clang's CAPTURE cannot take a structured binding
     CAPTURE(iteration);
     REQUIRE(reader->next(counts));
-    CHECK(counts == w);
+    CHECK(counts == entry.second);
   }
   CHECK_FALSE(reader->next(counts));
 }

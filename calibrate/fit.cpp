@@ -10,6 +10,7 @@
 #include "calibrate/plan.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
+#include "common/stats.hpp"
 #include "common/yaml.hpp"
 #include "models/costs.hpp"
 
@@ -30,7 +31,7 @@ double fit_launch_floor(const std::vector<GroupedRecord>& grouped, models::Dtype
     floors.push_back((g.singles_sum - g.time.median) / static_cast<double>(g.work.size() - 1));
   }
   if (floors.empty()) return 0.0;
-  return std::clamp(percentile(floors, 0.5), 0.0, min_time);
+  return std::clamp(common::percentile(floors, 0.5), 0.0, min_time);
 }
 
 double pcie_lane_rate(int generation) {
@@ -90,7 +91,7 @@ models::Profile fit_profile(const Measurements& m, const models::Profile& base, 
   for (const PowerRecord& r : m.power)
     if (r.state.state == "compute" && r.run.sm_clock > 0) clocks.push_back(r.run.sm_clock);
   if (!clocks.empty()) {
-    p.device.sm_clock = percentile(clocks, 0.5);
+    p.device.sm_clock = common::percentile(clocks, 0.5);
     device_note += "; sm_clock: NVML, median over the compute states";
   }
   p.device.extra = {{"driver", d.driver},

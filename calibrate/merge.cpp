@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "calibrate/stats.hpp"
+#include "common/stats.hpp"
 
 namespace moesim::calibrate {
 
@@ -17,7 +18,7 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 double median_of(std::vector<double> v) {
-  return v.empty() ? 0.0 : percentile(std::move(v), 0.5);
+  return v.empty() ? 0.0 : common::percentile(std::move(v), 0.5);
 }
 
 // Records of every rank grouped by key, in rank 0's order (then by first appearance).

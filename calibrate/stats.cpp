@@ -5,19 +5,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/stats.hpp"
 #include "models/costs.hpp"
 
 namespace moesim::calibrate {
-
-double percentile(std::vector<double> s, double q) {
-  if (s.empty()) throw std::invalid_argument("percentile of an empty sample");
-  std::sort(s.begin(), s.end());
-  const double pos = q * static_cast<double>(s.size() - 1);
-  const std::size_t lo = static_cast<std::size_t>(std::floor(pos));
-  const std::size_t hi = std::min(lo + 1, s.size() - 1);
-  const double frac = pos - static_cast<double>(lo);
-  return s[lo] + (s[hi] - s[lo]) * frac;
-}
 
 Summary summarize(const std::vector<double>& s) {
   if (s.empty()) throw std::invalid_argument("summary of an empty sample");
@@ -25,9 +16,9 @@ Summary summarize(const std::vector<double>& s) {
     if (!std::isfinite(v)) throw std::invalid_argument("summary of a sample with a non-finite value");
   Summary r;
   r.count = static_cast<int>(s.size());
-  r.median = percentile(s, 0.5);
-  r.p10 = percentile(s, 0.1);
-  r.p90 = percentile(s, 0.9);
+  r.median = common::percentile(s, 0.5);
+  r.p10 = common::percentile(s, 0.1);
+  r.p90 = common::percentile(s, 0.9);
   r.min = *std::min_element(s.begin(), s.end());
   r.max = *std::max_element(s.begin(), s.end());
   double sum = 0.0;

@@ -18,10 +18,9 @@ struct Summary {
   double mean = 0.0;
   double cv = 0.0;  // sample standard deviation / mean
 };
-// Percentiles by linear interpolation between order statistics (numpy's default). Throws
-// std::invalid_argument on an empty sample or a non-finite value.
+// Percentiles as common::percentile (numpy's default). Throws std::invalid_argument on an empty
+// sample or a non-finite value.
 Summary summarize(const std::vector<double>& samples);
-double percentile(std::vector<double> samples, double q);  // q in [0, 1]
 
 // nccl-tests (src/*.cu GetBw): algbw = size / time, with `size` as nccl-tests prints it (all-reduce
 // the buffer, all-gather the gathered output, reduce-scatter the input, all-to-all the send buffer,

@@ -7,6 +7,7 @@
 #include "calibrate/measurements.hpp"
 #include "calibrate/stats.hpp"
 #include "common/error.hpp"
+#include "common/stats.hpp"
 #include "models/costs.hpp"
 
 namespace moesim::calibrate {
@@ -161,7 +162,7 @@ ValidationResult summarize_validation(std::vector<ValidationRow> rows) {
   std::vector<double> errs;
   for (const ValidationRow& row : r.rows) errs.push_back(std::abs(row.error()));
   if (!errs.empty()) {
-    r.median_abs_error = percentile(errs, 0.5);
+    r.median_abs_error = common::percentile(errs, 0.5);
     r.max_abs_error = *std::max_element(errs.begin(), errs.end());
   }
   return r;

@@ -39,6 +39,34 @@ std::string holder_pid(int fd) {
                    "); wait for it to finish (or stop it), or choose another output folder");
 }
 
+// Opens and locks `file` (flock LOCK_EX, plus LOCK_NB unless `wait`), retrying when the previous holder
+// removed the file between our open and flock, so the lock is always on the file that is there now.
+// Returns the descriptor, or -1 when `wait` is false and another process holds it (fd_held set).
+int lock_file(const fs::path& file, bool wait, int* fd_held) {
+  for (;;) {
+    const int fd = open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) throw RunError("cannot create the lock file " + file.string() + ": " + std::strerror(errno));
+    int rc = 0;
+    do rc = flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB));
+    while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      const int err = errno;
+      if (err == EWOULDBLOCK && !wait) {
+        *fd_held = fd;
+        return -1;
+      }
+      close(fd);
+      throw RunError("cannot lock " + file.string() + ": " + std::strerror(err));
+    }
+    struct stat held {
+    }, now{};
+    if (fstat(fd, &held) == 0 && stat(file.c_str(), &now) == 0 && held.st_dev == now.st_dev &&
+        held.st_ino == now.st_ino)
+      return fd;
+    close(fd);
+  }
+}
+
 }  // namespace
 
 FolderLock::FolderLock(const fs::path& dir) : file_(dir / kFolderLockName) {
@@ -47,26 +75,9 @@ FolderLock::FolderLock(const fs::path& dir) : file_(dir / kFolderLockName) {
     throw UsageError(dir.string() + " exists and is not a folder; choose another -o");
   fs::create_directories(dir, ec);
   if (ec) throw RunError("cannot create " + dir.string() + ": " + ec.message());
-  for (;;) {
-    const int fd = open(file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) throw RunError("cannot create the lock file " + file_.string() + ": " + std::strerror(errno));
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      const int err = errno;
-      if (err == EWOULDBLOCK) refuse(dir, file_, fd);
-      close(fd);
-      throw RunError("cannot lock " + file_.string() + ": " + std::strerror(err));
-    }
-    // The previous holder may have removed the file between our open and flock: lock the file that
-    // is there now.
-    struct stat held {
-    }, now{};
-    if (fstat(fd, &held) == 0 && stat(file_.c_str(), &now) == 0 && held.st_dev == now.st_dev &&
-        held.st_ino == now.st_ino) {
-      fd_ = fd;
-      break;
-    }
-    close(fd);
-  }
+  int held = -1;
+  fd_ = lock_file(file_, false, &held);
+  if (fd_ < 0) refuse(dir, file_, held);
   registration_ = TempRegistration(file_);
   const std::string pid = std::to_string(getpid()) + "\n";
   if (ftruncate(fd_, 0) != 0 || pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
@@ -79,6 +90,17 @@ FolderLock::FolderLock(const fs::path& dir) : file_(dir / kFolderLockName) {
 }
 
 FolderLock::~FolderLock() {
+  registration_.release();
+  unlink(file_.c_str());
+  close(fd_);
+}
+
+WaitingLock::WaitingLock(const fs::path& file) : file_(file) {
+  fd_ = lock_file(file_, true, nullptr);
+  registration_ = TempRegistration(file_);
+}
+
+WaitingLock::~WaitingLock() {
   registration_.release();
   unlink(file_.c_str());
   close(fd_);

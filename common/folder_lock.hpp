@@ -27,6 +27,22 @@ class FolderLock {
   TempRegistration registration_;
 };
 
+// An exclusive lock on one file that waits for the holder (flock(2), blocking): serializes work that
+// several processes may otherwise do twice, such as solving one placement into a shared folder. The
+// file is created, and removed when the lock is released, so a waiter re-checks what it waited for.
+class WaitingLock {
+ public:
+  explicit WaitingLock(const std::filesystem::path& file);  // RunError if it cannot be created or locked
+  WaitingLock(const WaitingLock&) = delete;
+  WaitingLock& operator=(const WaitingLock&) = delete;
+  ~WaitingLock();
+
+ private:
+  std::filesystem::path file_;
+  int fd_ = -1;
+  TempRegistration registration_;
+};
+
 // Throws UsageError naming the holder's pid when another process holds `dir`'s lock (a folder being
 // written must not be read as finished); never creates the lock file.
 void check_folder_unlocked(const std::filesystem::path& dir);

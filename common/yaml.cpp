@@ -499,6 +499,25 @@ void YamlDocument::apply_override(std::string_view assignment) {
     }
     if (!cur.IsMap() && !cur.IsNull())
       throw UsageError("--set " + a + ": \"" + seg.key + "\" is below a value that is not a map");
+    // A map may spell a path in one dotted key (a sweep's `overlap.policy: [...]`): the longest run of
+    // the path's names that is a key of this map is that key.
+    if (cur.IsMap()) {
+      const YAML::Node view = cur;  // const lookups add no key
+      std::string joined = seg.key;
+      std::size_t found = s;
+      for (std::size_t k = s + 1; k < segments.size() && segments[k].index < 0; ++k) {
+        joined += "." + segments[k].key;
+        if (view[joined]) found = k;
+      }
+      if (found > s) {
+        std::string key = seg.key;
+        for (std::size_t k = s + 1; k <= found; ++k) key += "." + segments[k].key;
+        segments[s].key = key;
+        segments.erase(segments.begin() + static_cast<long>(s) + 1, segments.begin() + static_cast<long>(found) + 1);
+        --s;  // walk the merged segment again
+        continue;
+      }
+    }
     if (last) {
       cur[seg.key] = value;
     } else {

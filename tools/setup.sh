@@ -5,12 +5,12 @@
 set -eu
 
 packages="g++ cmake ninja-build pkg-config libsimgrid-dev libglpk-dev libyaml-cpp-dev
-libboost-program-options-dev doctest-dev nlohmann-json3-dev"
+libboost-program-options-dev doctest-dev nlohmann-json3-dev zlib1g-dev libssl-dev"
 # The tests also open the study report in a real browser (chromium, headless; fonts so that text
 # renders), run sharded studies through GNU parallel, and build the project with Clang too, once plain
 # and once with libFuzzer, ASan and UBSan (their runtimes are in libclang-rt-14-dev, which plain clang only
-# recommends).
-test_packages="chromium fonts-dejavu-core parallel clang libclang-rt-14-dev"
+# recommends), and start a one-node Slurm cluster (slurmctld, slurmd, munge) for tools/slurm-study.sh.
+test_packages="chromium fonts-dejavu-core parallel clang libclang-rt-14-dev slurmctld slurmd slurm-client munge"
 for arg in "$@"; do
   case "$arg" in
     --test) packages="$packages $test_packages" ;;

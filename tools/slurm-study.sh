@@ -1,11 +1,13 @@
 #!/bin/sh
 # Runs a moesim study on a Slurm cluster: a job array of N shards (one `moesim study --shard i/N`
-# per array task, each into OUT/shard-i), then a merge job that starts when every shard succeeded
-# and writes OUT/all. See docs/study-format.md, "moesim study: resume, shards, merge".
+# per array task, each into OUT/shard-i, sharing the placements solved once in OUT/placements), then
+# a merge job that starts when every shard succeeded and writes OUT/all; a shard that fails cancels
+# the merge (--kill-on-invalid-dep=yes). See docs/study-format.md, "A Slurm cluster".
 #
 # Usage: sh tools/slurm-study.sh STUDY.yaml OUT N [moesim study options, e.g. --set base.workload.steps=20]
 # Environment: MOESIM (the moesim executable, default: moesim on PATH), SBATCH_ARGS (extra sbatch
-# options for both jobs, e.g. "--partition=cpu --time=02:00:00"). Paths are resolved before
+# options for both jobs, e.g. "--partition=cpu --time=02:00:00 --cpus-per-task=8": a shard runs as
+# many simulations at once as the CPUs Slurm gives its task, one by default). Paths are resolved before
 # submitting, so the jobs may start in any folder. A shard task that is requeued or rerun resumes
 # its folder (--resume), so finished variants are not simulated twice.
 set -eu
@@ -13,11 +15,12 @@ set -eu
 moesim=${MOESIM:-moesim}
 
 if [ -n "${SLURM_ARRAY_TASK_ID:-}" ] && [ "${MOESIM_SLURM_STEP:-}" = shard ]; then
-  # One array task: shard SLURM_ARRAY_TASK_ID of SLURM_ARRAY_TASK_COUNT.
-  study=$1 out=$2
+  # One array task: shard SLURM_ARRAY_TASK_ID of the N given (not SLURM_ARRAY_TASK_COUNT, which is 1
+  # when one task is resubmitted with sbatch --array=7).
+  study=$1 out=$2 n=$3
   shift 3
-  exec "$moesim" study "$study" -o "$out/shard-$SLURM_ARRAY_TASK_ID" \
-    --shard "$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT" --resume --quiet "$@"
+  exec "$moesim" study "$study" -o "$out/shard-$SLURM_ARRAY_TASK_ID" --placements "$out/placements" \
+    --shard "$SLURM_ARRAY_TASK_ID/$n" --resume --quiet "$@"
 fi
 
 if [ "${MOESIM_SLURM_STEP:-}" = merge ]; then
@@ -58,6 +61,7 @@ array=$(sbatch --parsable --export=ALL,MOESIM_SLURM_STEP=shard ${SBATCH_ARGS:-} 
 array_id=${array%%;*}
 # shellcheck disable=SC2086
 merge=$(sbatch --parsable --export=ALL,MOESIM_SLURM_STEP=merge ${SBATCH_ARGS:-} \
-  --dependency=afterok:"$array_id" --job-name=moesim-merge --output="$out/logs/merge.log" \
+  --dependency=afterok:"$array_id" --kill-on-invalid-dep=yes --job-name=moesim-merge --output="$out/logs/merge.log" \
   "$script" "$study" "$out" "$n")
 echo "submitted shards: job array $array_id (1-$n, logs in $out/logs/); merge: job ${merge%%;*} -> $out/all"
+echo "a failed shard cancels the merge: fix it, then rerun this command (finished shards have nothing left to run)"

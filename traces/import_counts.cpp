@@ -41,12 +41,14 @@ constexpr const char* kConsistencyFix =
 class CountsSink {
  public:
   CountsSink(const std::string& path, const TraceShape& shape, const LoadWriterFactory& make_writer,
-             const std::string& input_kind)
+             const std::string& input_kind, const std::string& source = {})
       : path_(path), shape_(shape), layers_(shape.layers.size()),
         experts_(static_cast<std::size_t>(shape.num_experts)) {
     report_.input_kind = input_kind;
     report_.meta.shape = shape;
-    report_.meta.source = "counts import of " + detail::short_name(path) + " (moesim trace import --format counts)";
+    report_.meta.source = !source.empty() ? source
+                                          : "counts import of " + detail::short_name(path) +
+                                                " (moesim trace import --format counts)";
     writer_ = make_writer(report_.meta);
     counts_.assign(layers_ * experts_, 0);
   }
@@ -89,6 +91,9 @@ class CountsSink {
                                " is out of range, expected 0..4294967295");
     counts_[l * experts_ + e] = static_cast<std::uint32_t>(value);
   }
+
+  // The iteration's counts, [layer][expert], to fill whole (engine importers).
+  std::vector<std::uint32_t>& counts() { return counts_; }
 
   // The iteration is complete: check it (`where` names the file and iteration) and write it.
   void end_iteration(const std::string& where) {
@@ -337,6 +342,29 @@ CountsImportReport import_counts_csv(const std::string& path, const TraceShape& 
 }
 
 }  // namespace
+
+namespace detail {
+
+CountsImportReport write_count_iterations(
+    const std::string& path, const TraceShape& shape, const LoadWriterFactory& make_writer,
+    const std::string& input_kind, const std::string& source,
+    const std::function<bool(std::vector<std::uint32_t>& counts, std::string& where)>& next,
+    std::uint64_t* skipped_empty) {
+  CountsSink sink(path, shape, make_writer, input_kind, source);
+  std::string where;
+  std::uint64_t skipped = 0;
+  while (next(sink.counts(), where)) {
+    if (std::all_of(sink.counts().begin(), sink.counts().end(), [](std::uint32_t c) { return c == 0; })) {
+      ++skipped;
+      continue;
+    }
+    sink.end_iteration(where);
+  }
+  if (skipped_empty != nullptr) *skipped_empty = skipped;
+  return sink.finish();
+}
+
+}  // namespace detail
 
 CountsImportReport import_counts(const std::string& path, const TraceShape& shape,
                                  const LoadWriterFactory& make_writer) {

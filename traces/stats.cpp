@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "common/stats.hpp"
 
 namespace moesim::traces {
 
@@ -41,15 +42,6 @@ namespace {
 // shapes with thousands of experts).
 constexpr double kDenseBudgetBytes = 512.0 * 1024 * 1024;
 
-double quantile(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0.0;
-  const double pos = q * static_cast<double>(sorted.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(pos));
-  const std::size_t hi = std::min(lo + 1, sorted.size() - 1);
-  const double frac = pos - static_cast<double>(lo);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
-}
-
 bool stronger(const PairLift& a, const PairLift& b) {
   if (a.lift != b.lift) return a.lift > b.lift;
   if (a.pair_index != b.pair_index) return a.pair_index < b.pair_index;
@@ -69,8 +61,8 @@ Summary summarize(std::vector<double> values) {
   double total = 0.0;
   for (double v : values) total += v;
   s.mean = total / static_cast<double>(values.size());
-  s.median = quantile(values, 0.5);
-  s.p99 = quantile(values, 0.99);
+  s.median = common::percentile_sorted(values, 0.5);
+  s.p99 = common::percentile_sorted(values, 0.99);
   return s;
 }
 

@@ -21,6 +21,7 @@
 #include "calibrate/device.hpp"
 #include "calibrate/stats.hpp"
 #include "common/error.hpp"
+#include "common/stats.hpp"
 
 namespace moesim::calibrate {
 
@@ -730,7 +731,7 @@ OverlapRun CudaDevice::time_overlap(const GemmWork& work, const Traffic& t, cons
     const bool shared = t.kind == "nccl" && cluster();
     run.gemm_alone = time_launches(gemm, timing, s1_);
     run.comm_alone = time_launches(comm, timing, cs, shared);
-    double tg = percentile(run.gemm_alone, 0.5), tc = percentile(run.comm_alone, 0.5);
+    double tg = common::percentile(run.gemm_alone, 0.5), tc = common::percentile(run.comm_alone, 0.5);
     if (shared) {
       // Every rank must launch as many collectives: size the batches from the slowest rank's times.
       tg = agree(tg);

@@ -360,26 +360,60 @@ int run_compare(const Args& args, Context& ctx) {
 int run_export(const Args& args, Context& ctx) {
   po::options_description opts("Options");
   opts.add_options()("placement", po::value<std::string>()->required(), "the placement file")(
-      "format", po::value<std::string>()->required(), "vllm, sglang or megatron")(
-      "output,o", po::value<std::string>()->required(), "the JSON file to write")("force", po::bool_switch(),
-                                                                                  "replace an existing output file");
-  auto vm = parse_options(args, opts, po::positional_options_description(),
-                          "moesim place export --placement F --format vllm|sglang|megatron -o OUT [--force]",
-                          "Writes a placement for a serving engine: vllm / sglang, the per-layer physical-to-logical\n"
-                          "expert map of their EPLB (every rank the same number of slots); megatron, per layer the\n"
-                          "experts of each EP rank.",
-                          ctx);
+      "format", po::value<std::string>()->required(), "sglang, vllm, vllm-ascend, megatron or permutation")(
+      "output,o", po::value<std::string>(),
+      "the JSON file to write (sglang, vllm-ascend, permutation; vllm and megatron read none)")(
+      "force", po::bool_switch(), "replace an existing output file");
+  auto vm = parse_options(
+      args, opts, po::positional_options_description(),
+      "moesim place export --placement F --format sglang|vllm|vllm-ascend|megatron|permutation [-o OUT.json] [--force]",
+      "Hands a placement to a serving engine in the form the engine reads, and prints its launch options:\n"
+      "  sglang       the --init-expert-location file (one physical-to-logical row per decoder layer)\n"
+      "  vllm         no file (vLLM loads no map): the --expert-placement-strategy that rebuilds a contiguous\n"
+      "               or round-robin placement; anything else is refused\n"
+      "  vllm-ascend  the expert_map_path file of --additional-config (one entry per MoE layer)\n"
+      "  megatron     no file: the options of Megatron-Core's contiguous layout, the only one it has\n"
+      "  permutation  per MoE layer, the expert order that makes the engines' contiguous layout this\n"
+      "               placement once the checkpoint is permuted by it (docs/placement.md)",
+      ctx);
   if (!vm) return common::kExitOk;
-  const sim::ExportFormat format = sim::parse_export_format((*vm)["format"].as<std::string>());
-  const std::string output = (*vm)["output"].as<std::string>();
+  const std::string format_name = (*vm)["format"].as<std::string>();
+  const sim::ExportFormat format = sim::parse_export_format(format_name);
+  const bool writes = format != sim::ExportFormat::kVllm && format != sim::ExportFormat::kMegatron;
+  const std::string output = vm->count("output") ? (*vm)["output"].as<std::string>() : "";
+  if (writes && output.empty())
+    throw common::UsageError("--format " + format_name + " writes a file: give -o OUT.json");
+  if (!writes && !output.empty())
+    throw common::UsageError("--format " + format_name + " writes no file (" +
+                             (format == sim::ExportFormat::kVllm ? "vLLM" : "Megatron-Core") +
+                             " reads no expert map): drop -o; the command prints the options that rebuild the "
+                             "placement, or refuses it");
+  // SGLang reads --init-expert-location as a file only when the name ends in .json or .pt (else as inline
+  // JSON): python/sglang/srt/eplb/expert_location.py, compute_initial_expert_location_metadata.
+  if (format == sim::ExportFormat::kSglang && fs::path(output).extension() != ".json")
+    throw common::UsageError("-o " + common::quoted(output) + ": SGLang reads --init-expert-location as a file only "
+                             "when its name ends in .json (any other value is parsed as inline JSON); name it "
+                             "OUT.json");
   const bool force = (*vm)["force"].as<bool>();
-  common::check_can_write(output, force);
+  if (writes) common::check_can_write(output, force);
   const std::string path = (*vm)["placement"].as<std::string>();
   const auto checked = sim::load_checked_placement(path);
-  const nlohmann::json j = sim::export_placement(checked.placement, format, path);
-  common::write_file_atomic(output, j.dump(1) + "\n", force);
-  ctx.out << "wrote " << output << " (" << (*vm)["format"].as<std::string>() << ", " << checked.placement.layers.size()
-          << " MoE layers, ep " << checked.placement.ep << ")\n";
+  const sim::PlacementExport e = sim::export_placement(checked.placement, checked.arch, format, path, output);
+  if (writes) {
+    common::write_file_atomic(output, e.file.dump(1) + "\n", force);
+    ctx.out << "wrote " << output << " (" << format_name << ", " << checked.arch.name << ", "
+            << checked.placement.layers.size() << " MoE layers of " << checked.arch.num_layers << ", ep "
+            << checked.placement.ep << ")\n";
+  } else {
+    ctx.out << format_name << ": " << checked.placement.policy << " placement of " << checked.arch.name << ", ep "
+            << checked.placement.ep << ": no file to write\n";
+  }
+  if (!e.flags.empty()) {
+    ctx.out << "launch options:";
+    for (const auto& f : e.flags) ctx.out << " " << f;
+    ctx.out << "\n";
+  }
+  for (const auto& n : e.notes) ctx.out << "  note: " << n << "\n";
   return common::kExitOk;
 }
 
@@ -391,7 +425,9 @@ void register_place_commands(std::vector<Command>& commands) {
   commands.push_back(
       {"place evaluate", "score a placement on held-out traffic (loads, traffic, simulated latency)", run_evaluate});
   commands.push_back({"place compare", "score several placements side by side on held-out traffic", run_compare});
-  commands.push_back({"place export", "write a placement as a vLLM / SGLang / Megatron expert map", run_export});
+  commands.push_back({"place export",
+                      "hand a placement to SGLang, vLLM or Megatron (map file, options, or checkpoint permutation)",
+                      run_export});
 }
 
 }  // namespace moesim::cli

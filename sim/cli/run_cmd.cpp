@@ -31,28 +31,34 @@ int run_command(const Args& args, Context& ctx) {
   pos.add("study", 1);
   auto vm = parse_options(args, opts, pos,
                           "moesim run STUDY.yaml -o DIR [--set key.path=value ...] [--cfg name:value ...] [--check] [--force]"
-                          " [--dump-activities FILE]",
+                          " [--only PATTERN] [-q] [--dump-activities FILE]",
                           "Runs every variant of a study in the SimGrid simulator and writes DIR/results.csv,\n"
                           "DIR/results.json and DIR/variants/NAME/ (result.json, timeline.json for Perfetto,\n"
                           "scenario.yaml). See docs/study-format.md.",
                           ctx);
   if (!vm) return common::kExitOk;
   const sim::Study study = load_study_args(a);
+  std::vector<std::size_t> all(study.variants.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  const auto selected = sim::select_variants(study, all, a.only);
   sim::parallel_jobs();  // a bad MOESIM_JOBS is refused before anything runs or is written
   if ((*vm)["check"].as<bool>()) {
     check_output_folder(a.out_dir, (*vm)["force"].as<bool>());
     ctx.out << "ok: study " << study.name << " (" << study.source_file << "): " << study.variants.size() << " variants, baseline "
-            << study.baseline << "\n";
-    for (const auto& v : study.variants) ctx.out << "  " << v.name << "\n";
+            << study.baseline;
+    if (!a.only.empty()) ctx.out << "; runs " << selected.size();
+    ctx.out << "\n";
+    for (std::size_t i : selected) ctx.out << "  " << study.variants[i].name << "\n";
     return common::kExitOk;
   }
   if (a.out_dir.empty()) throw common::UsageError("missing -o DIR (the output folder); see moesim run --help");
   if (!dump_path.empty()) {
-    if (study.variants.size() != 1)
-      throw common::UsageError("--dump-activities records one simulation, but study " + study.name + " has " +
-                               std::to_string(study.variants.size()) +
-                               " variants; run a study without a sweep, or pin the swept key with --set");
-    if (study.variants.front().scenario.overlap.timelines != sim::Timelines::kRequested)
+    if (selected.size() != 1)
+      throw common::UsageError("--dump-activities records one simulation, but study " + study.name + " runs " +
+                               std::to_string(selected.size()) +
+                               " variants; pick one with --only NAME, run a study without a sweep, or pin the swept "
+                               "key with --set");
+    if (study.variants[selected.front()].scenario.overlap.timelines != sim::Timelines::kRequested)
       throw common::UsageError("--dump-activities records one simulation, but overlap.timelines is all; pass "
                                "--set base.overlap.timelines=requested");
     common::check_can_write(dump_path, (*vm)["force"].as<bool>());
@@ -69,7 +75,8 @@ int run_command(const Args& args, Context& ctx) {
   for (const auto& c : a.cfgs) options.overrides.push_back("--cfg=" + c);
   options.force = (*vm)["force"].as<bool>();
   options.dump_activities = dump_path;
-  sim::StudyProgress progress(ctx.err, false, (*vm)["quiet"].as<bool>(), study.variants.size());
+  options.only = a.only;
+  sim::StudyProgress progress(ctx.err, false, (*vm)["quiet"].as<bool>(), selected.size());
   const sim::StudyOutcome outcome = sim::run_study(study, options, progress);
   ctx.out << sim::results_table(outcome.rows, outcome.baseline);
   ctx.out << "Results: " << (fs::path(a.out_dir) / "results.csv").string() << ", " << (fs::path(a.out_dir) / "results.json").string()

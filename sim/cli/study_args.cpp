@@ -12,12 +12,16 @@ void add_study_options(po::options_description& opts, StudyArgs& args) {
       "set", po::value(&args.sets)->composing(), "override a study key: --set base.workload.steps=20 (repeatable)")(
       "cfg", po::value(&args.cfgs)->composing(),
       "a SimGrid setting for every variant, as SimGrid's --cfg takes it: --cfg network/model:CM02 (repeatable; after "
-      "the study's simgrid list)");
+      "the study's simgrid list)")(
+      "only", po::value(&args.only)->composing(),
+      "run only the variants whose name matches this regular expression (searched anywhere in the name, as "
+      "--benchmark_filter; repeatable: any may match), e.g. --only 'overlapped$'");
 }
 
 sim::Study load_study_args(const StudyArgs& args) {
   check_option_lengths("--set", args.sets);
   check_option_lengths("--cfg", args.cfgs);
+  check_option_lengths("--only", args.only);
   sim::Study study = sim::load_study(args.study_path, args.sets);
   sim::add_simgrid_settings(study, args.cfgs);
   return study;

@@ -15,9 +15,10 @@ struct StudyArgs {
   std::string out_dir;
   std::vector<std::string> sets;  // --set key.path=value
   std::vector<std::string> cfgs;  // --cfg name:value
+  std::vector<std::string> only;  // --only PATTERN (sim::select_variants)
 };
 
-// Adds study, output,o, set and cfg to `opts`, bound to `args`; the caller makes "study" positional.
+// Adds study, output,o, set, cfg and only to `opts`, bound to `args`; the caller makes "study" positional.
 void add_study_options(po::options_description& opts, StudyArgs& args);
 // The study with its --set overrides applied and its --cfg settings appended to every variant.
 sim::Study load_study_args(const StudyArgs& args);

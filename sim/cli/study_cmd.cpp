@@ -30,8 +30,9 @@ std::size_t terminal_width() {
 }
 
 // The table, where the results are, then the report, whose path comes last.
-void print_outcome(const sim::StudyOutcome& outcome, const std::string& dir, Context& ctx) {
-  ctx.out << sim::results_table(outcome.rows, outcome.baseline);
+// A quiet shard (a batch job's log) leaves its partial table out: the files hold it, the merge prints it whole.
+void print_outcome(const sim::StudyOutcome& outcome, const std::string& dir, bool no_table, Context& ctx) {
+  if (!no_table) ctx.out << sim::results_table(outcome.rows, outcome.baseline);
   ctx.out << "Results: " << (fs::path(dir) / "results.csv").string() << ", "
           << (fs::path(dir) / "results.json").string() << "; per variant: " << (fs::path(dir) / "variants").string()
           << "/NAME/ (timeline.json opens in Perfetto)\n";
@@ -53,18 +54,21 @@ void print_outcome(const sim::StudyOutcome& outcome, const std::string& dir, Con
 int study_command(const Args& args, Context& ctx) {
   po::options_description opts("Options");
   StudyArgs a;
-  std::string shard_text;
+  std::string shard_text, shared_placements;
   add_study_options(opts, a);
   opts.add_options()("check", po::bool_switch(), "validate the study and every variant (of the shard), then exit")(
       "resume", po::bool_switch(), "continue the study in a non-empty DIR: finished variants are not run again")(
       "force", po::bool_switch(), "write into a non-empty output folder and run every variant again")(
       "shard", po::value(&shard_text), "run shard i of N (1-based): variants i-1, i-1+N, ... in study order")(
-      "quiet,q", po::bool_switch(), "no progress");
+      "placements", po::value(&shared_placements),
+      "a placement folder shared by the shards: each placement is solved there once (the others wait and "
+      "read it) and copied into DIR/placements/")(
+      "quiet,q", po::bool_switch(), "no progress (with --shard, no table either)");
   po::positional_options_description pos;
   pos.add("study", 1);
   auto vm = parse_options(args, opts, pos,
                           "moesim study STUDY.yaml -o DIR [--set key.path=value ...] [--cfg name:value ...] [--check] [--resume] [--force]"
-                          " [--shard i/N] [--quiet]\n       moesim study merge DIR... -o OUT [--force]",
+                          " [--only PATTERN] [--shard i/N] [--placements FOLDER] [--quiet]\n       moesim study merge DIR... -o OUT [--force]",
                           "Runs a study like moesim run (same output layout), with a progress line, placements solved\n"
                           "once per distinct input into DIR/placements/, --resume after an interruption, and --shard\n"
                           "to split the variants over processes or machines; moesim study merge joins the shards.\n"
@@ -74,7 +78,8 @@ int study_command(const Args& args, Context& ctx) {
   std::optional<sim::Shard> shard;
   if (vm->count("shard")) shard = sim::parse_shard(shard_text);
   const sim::Study study = load_study_args(a);
-  const auto indices = sim::shard_variants(study.variants.size(), shard.value_or(sim::Shard{}));
+  const auto indices =
+      sim::select_variants(study, sim::shard_variants(study.variants.size(), shard.value_or(sim::Shard{})), a.only);
   sim::parallel_jobs();  // a bad MOESIM_JOBS is refused before anything runs or is written
   if ((*vm)["check"].as<bool>()) {
     // --resume continues only a folder that holds a study run (its study.json).
@@ -83,7 +88,8 @@ int study_command(const Args& args, Context& ctx) {
     check_output_folder(a.out_dir, resumable || (*vm)["force"].as<bool>());
     ctx.out << "ok: study " << study.name << " (" << study.source_file << "): " << study.variants.size()
             << " variants, baseline " << study.baseline;
-    if (shard) ctx.out << "; shard " << shard->index << "/" << shard->count << " runs " << indices.size();
+    if (shard) ctx.out << "; shard " << shard->index << "/" << shard->count;
+    if (shard || !a.only.empty()) ctx.out << (shard ? " runs " : "; runs ") << indices.size();
     ctx.out << "\n";
     for (std::size_t i : indices) ctx.out << "  " << study.variants[i].name << "\n";
     return common::kExitOk;
@@ -98,13 +104,15 @@ int study_command(const Args& args, Context& ctx) {
   // --cfg changes what runs, so it is part of the study's identity for --resume and merge.
   for (const auto& c : a.cfgs) options.overrides.push_back("--cfg=" + c);
   options.shard = shard;
+  options.shared_placements = shared_placements;
+  options.only = a.only;
   options.resume = (*vm)["resume"].as<bool>();
   options.force = (*vm)["force"].as<bool>();
   const bool terminal = err_is_terminal(ctx);
   sim::StudyProgress progress(ctx.err, terminal, (*vm)["quiet"].as<bool>(), indices.size(),
                               terminal ? terminal_width() : 100);
   const sim::StudyOutcome outcome = sim::run_study(study, options, progress);
-  print_outcome(outcome, a.out_dir, ctx);
+  print_outcome(outcome, a.out_dir, shard && (*vm)["quiet"].as<bool>(), ctx);
   return common::kExitOk;
 }
 
@@ -126,7 +134,7 @@ int merge_command(const Args& args, Context& ctx) {
   if (dirs.empty()) throw common::UsageError("no folders to merge; usage: moesim study merge DIR... -o OUT [--force]");
   const sim::StudyOutcome outcome = sim::merge_studies(dirs, out_dir, (*vm)["force"].as<bool>());
   ctx.err << "merged " << dirs.size() << " folders: " << outcome.rows.size() << " variants\n";
-  print_outcome(outcome, out_dir, ctx);
+  print_outcome(outcome, out_dir, false, ctx);
   return common::kExitOk;
 }
 

@@ -34,8 +34,13 @@ Encoding encoding_option(const po::variables_map& vm, const std::string& path) {
 std::string encoding_name(Encoding e) { return e == Encoding::kText ? "text" : "binary"; }
 
 std::string with_commas(std::uintmax_t v) {
-  std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
+  // Built by appending: GCC 12 warns (-Wrestrict, a false positive) on std::string::insert here.
+  const std::string digits = std::to_string(v);
+  std::string s;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
   return s;
 }
 
@@ -65,24 +70,34 @@ models::Architecture import_architecture(const po::variables_map& vm) {
   return arch;
 }
 
-// --format counts: per-step expert counts into a load-only trace (one encoding, no sequences).
-int run_import_counts(const po::variables_map& vm, const std::string& input, const std::string& output, bool force,
-                      Context& ctx) {
-  for (const char* option : {"encoding", "sequence-length", "sequence-lengths"})
-    if (vm.count(option))
-      throw common::UsageError(std::string("--") + option + " does not apply to --format counts: a load-only trace "
-                               "has one encoding and no sequences");
+// --format counts or sglang-stat: per-step expert counts into a load-only trace (one encoding, no sequences).
+int run_import_load_only(const po::variables_map& vm, traces::ImportFormat format, const std::string& input,
+                         const std::string& output, bool force, Context& ctx) {
+  const std::string name(traces::import_format_name(format));
+  const bool takes_map =
+      format == traces::ImportFormat::kVllmEplb || format == traces::ImportFormat::kTrtllmExpertStatistic;
+  for (const char* option : {"encoding", "sequence-length", "sequence-lengths", "expert-map"})
+    if (vm.count(option) && !(std::string(option) == "expert-map" && takes_map))
+      throw common::UsageError(std::string("--") + option + " does not apply to --format " + name +
+                               ": a load-only trace has one encoding and no sequences" +
+                               (std::string(option) == "expert-map" ? "; the counts are per logical expert" : ""));
   if (vm["strict"].as<bool>()) throw common::UsageError("--strict applies to --format jsonl only");
   common::check_can_write(output, force);
   check_distinct(input, output, "--output");
   const models::Architecture arch = import_architecture(vm);
-  const auto report = traces::import_counts(input, arch.trace_shape(), traces::load_file_writer_factory(output, force));
+  traces::ImportOptions options;
+  options.decoder_layers = arch.num_layers;
+  if (vm.count("expert-map")) options.expert_map_path = vm["expert-map"].as<std::string>();
+  const auto report = traces::import_load_only(format, input, arch.trace_shape(), options,
+                                               traces::load_file_writer_factory(output, force));
   const auto& shape = report.meta.shape;
   ctx.out << "imported " << with_commas(report.iterations) << " iterations, " << with_commas(report.tokens)
           << " tokens (" << with_commas(report.min_tokens) << " to " << with_commas(report.max_tokens)
-          << " per iteration) from " << input << " (counts, " << report.input_kind << "; " << arch.name << ", "
+          << " per iteration) from " << input << " (" << name
+          << (report.input_kind != name ? ", " + report.input_kind : std::string()) << "; " << arch.name << ", "
           << shape.layers.size() << " MoE layers, top-" << shape.top_k << " of " << shape.num_experts
           << " experts)\n";
+  for (const auto& note : report.notes) ctx.out << "note: " << note << "\n";
   ctx.out << "note: a load-only trace: per-step expert counts, no per-token routes (usable as a study's trace: "
              "and by moesim trace stats)\n";
   std::error_code ec;
@@ -94,7 +109,9 @@ int run_import_counts(const po::variables_map& vm, const std::string& input, con
 int run_import(const Args& args, Context& ctx) {
   po::options_description opts("Options");
   opts.add_options()("format", po::value<std::string>()->required(),
-                     "input format: esft, jsonl, npy (routes) or counts (per-step expert counts)")(
+                     "input format: esft, jsonl, npy, sglang-routed, sglang-per-token, megatron-router-trace "
+                     "(routes); counts, "
+                     "sglang-stat, vllm-eplb, trtllm-expert-statistic (per-step expert counts)")(
       "architecture", po::value<std::string>()->required(),
       "architecture name (configs/architectures/NAME.yaml) or path to its YAML")(
       "output,o", po::value<std::string>()->required(),
@@ -103,6 +120,9 @@ int run_import(const Args& args, Context& ctx) {
       "strict", po::bool_switch(), "jsonl: a token missing some MoE layers is an error instead of dropped")(
       "sequence-length", po::value<std::uint64_t>(), "npy: cut the tokens into sequences of N tokens")(
       "sequence-lengths", po::value<std::string>(), "npy: a 1-D integer .npy of sequence lengths")(
+      "expert-map", po::value<std::string>(),
+      "sglang-routed, sglang-per-token, vllm-eplb, trtllm-expert-statistic: JSON physical -> logical expert "
+      "map (redundant experts)")(
       "force", po::bool_switch(), "replace an existing output file");
   po::options_description hidden;
   hidden.add_options()("input", po::value<std::string>()->required(), "the input (or give it as the first argument)");
@@ -111,19 +131,27 @@ int run_import(const Args& args, Context& ctx) {
   po::positional_options_description pos;
   pos.add("input", 1);
   const std::string usage =
-      "moesim trace import --format esft|jsonl|npy|counts --architecture NAME INPUT -o OUT [--strict] [--force]";
+      "moesim trace import --format esft|jsonl|npy|counts|sglang-routed|sglang-per-token|sglang-stat|"
+      "megatron-router-trace|vllm-eplb|trtllm-expert-statistic "
+      "--architecture NAME INPUT -o OUT [--strict] [--expert-map MAP.json] [--force]";
   auto vm = parse_options(args, all, pos, usage,
                           "Converts routing recorded by other tools into a moesim trace. INPUT is a folder of\n"
                           "expert_weights_N.txt files (esft), a JSON-lines file (jsonl) or a .npy array (npy);\n"
                           "--format counts reads per-step expert token counts (iterations x layers x experts, .npy,\n"
-                          ".json or .csv) into a load-only trace. The formats are described in traces/FORMAT.md.",
+                          ".json or .csv) into a load-only trace. Serving-engine output: sglang-routed (JSON lines of\n"
+                          "/generate responses with meta_info.routed_experts), sglang-per-token and sglang-stat\n"
+                          "(/dump_expert_distribution_record dumps converted to JSON), megatron-router-trace\n"
+                          "(router_trace_rankR.jsonl of --moe-routing-trace-path), vllm-eplb (vLLM's EPLB load window\n"
+                          "saved as JSON), trtllm-expert-statistic (EXPERT_STATISTIC_PATH folder).\n"
+                          "The formats are described in\n"
+                          "traces/FORMAT.md.",
                           ctx);
   if (!vm) return common::kExitOk;
   const auto format = traces::parse_import_format((*vm)["format"].as<std::string>());
   const std::string input = (*vm)["input"].as<std::string>();
   const std::string output = (*vm)["output"].as<std::string>();
   const bool force = (*vm)["force"].as<bool>();
-  if (format == traces::ImportFormat::kCounts) return run_import_counts(*vm, input, output, force, ctx);
+  if (traces::is_load_only_format(format)) return run_import_load_only(*vm, format, input, output, force, ctx);
   const Encoding encoding = encoding_option(*vm, output);
   traces::ImportOptions options;
   options.strict = (*vm)["strict"].as<bool>();
@@ -132,11 +160,17 @@ int run_import(const Args& args, Context& ctx) {
     if (options.sequence_length == 0) throw common::UsageError("--sequence-length must be at least 1");
   }
   if (vm->count("sequence-lengths")) options.sequence_lengths_path = (*vm)["sequence-lengths"].as<std::string>();
+  if (vm->count("expert-map")) {
+    if (format != traces::ImportFormat::kSglangRouted && format != traces::ImportFormat::kSglangPerToken)
+      throw common::UsageError("--expert-map applies to --format sglang-routed and sglang-per-token only");
+    options.expert_map_path = (*vm)["expert-map"].as<std::string>();
+  }
   if (options.strict && format != traces::ImportFormat::kJsonl)
     throw common::UsageError("--strict applies to --format jsonl only");
   common::check_can_write(output, force);
   check_distinct(input, output, "--output");
   const models::Architecture arch = import_architecture(*vm);
+  options.decoder_layers = arch.num_layers;
   auto report = traces::import_trace(format, input, arch.trace_shape(),
                                      traces::file_writer_factory(output, encoding, force), options);
   ctx.out << "imported " << with_commas(report.tokens) << " tokens in " << with_commas(report.sequences)
@@ -187,7 +221,7 @@ int run_split(const Args& args, Context& ctx) {
   opts.add_options()("profile-out", po::value<std::string>()->required(), "output: the profile part")(
       "heldout-out", po::value<std::string>()->required(), "output: the held-out part")(
       "fraction", po::value<double>()->default_value(0.5, "0.5"), "share of the sequences in the profile part")(
-      "seed", po::value<std::uint64_t>()->default_value(0), "seed of the shuffle; the same seed gives the same split")(
+      "seed", po::value<std::uint64_t>()->default_value(1), "seed of the shuffle; the same seed gives the same split")(
       "force", po::bool_switch(), "replace existing output files");
   po::options_description hidden;
   hidden.add_options()("trace", po::value<std::string>()->required(), "the trace to split (or give it as the first argument)");
@@ -232,7 +266,9 @@ int run_split(const Args& args, Context& ctx) {
 
 void register_trace_import_commands(std::vector<Command>& commands) {
   commands.push_back({"trace import",
-                      "convert routing (esft, jsonl, npy) or per-step expert counts (counts) recorded elsewhere",
+                      "convert routing (esft, jsonl, npy, sglang-routed, sglang-per-token, megatron-router-trace) or "
+                      "per-step expert "
+                      "counts (counts, sglang-stat, vllm-eplb, trtllm-expert-statistic) recorded elsewhere",
                       run_import});
   commands.push_back({"trace convert", "rewrite a trace in the other encoding (binary <-> text)", run_convert});
   commands.push_back({"trace split", "split a trace by sequence into profile and held-out parts", run_split});

@@ -36,6 +36,7 @@ Executor::Executor(const EngineInput& input, const LayerTable& layers, Platform&
   a2a_since_.assign(cells, 0.0);
   a2a_active_.assign(cells, 0);
   rank_token_sums_.assign(layers_.size() * static_cast<std::size_t>(in_.ep), 0.0);
+  timeline_bytes_.assign(static_cast<std::size_t>(gpus) * 2, 0.0);
   layer_sums_.assign(layers_.size() * kLayerSums, 0.0);
   layer_first_.assign(layers_.size(), 0.0);
   layer_last_.assign(layers_.size(), -1.0);
@@ -68,12 +69,25 @@ void Executor::account_state(int gpu) {
   tr.state_since = now;
   const bool c = tr.compute != nullptr, m = tr.comm_active > 0;
   tr.state = c && m ? models::GpuState::kBoth : c ? models::GpuState::kCompute : m ? models::GpuState::kComm : models::GpuState::kIdle;
+  const double before = tr.watts;
   if (c) {
     const double w = (m ? tr.compute->power_with_comm : tr.compute->power) * setup_.power_factor;
     tr.watts = setup_.power_cap > 0.0 ? std::min(w, setup_.power_cap) : w;
   } else {
     tr.watts = m ? setup_.comm_watts : setup_.idle_watts;
   }
+  if (tr.watts != before && in_timeline()) record_power(gpu, now);
+}
+
+void Executor::record_power(int gpu, double at) {
+  TimelineEvent ev;
+  ev.category = kPowerCategory;
+  ev.stream = kPowerStream;
+  ev.gpu = gpu;
+  ev.step = step_index_ - 1;
+  ev.begin = ev.end = at;
+  ev.watts = track_[static_cast<std::size_t>(gpu)].watts;
+  result_.timeline.push_back(ev);
 }
 
 const models::Slowdown& Executor::slowdown(GpuTrack& tr, const Task& m) {
@@ -219,17 +233,32 @@ void Executor::end_comm(const Task& t, double at) {
   }
 }
 
+bool Executor::in_timeline() const {
+  return measuring_ && step_index_ <= in_.options.warmup_steps + in_.options.timeline_steps;
+}
+
 void Executor::record_timeline(const StepGraph& g, const Task& t) {
-  if (!measuring_ || step_index_ > in_.options.warmup_steps + in_.options.timeline_steps) return;
+  if (!in_timeline()) return;
+  const std::uint8_t stream = t.kind == TaskKind::kCompute ? 0 : t.category == Category::kCombine ? 2 : 1;
+  // A transfer's payload counts toward its source GPU's next stream operation of the same lane (a
+  // port phase's, once: on its egress side).
+  if (t.kind == TaskKind::kTransfer && t.runs() && t.side != Task::Side::kIngress && stream > 0) {
+    timeline_bytes_[static_cast<std::size_t>(t.gpu) * 2 + stream - 1] += t.payload;
+    return;
+  }
   if (!((t.kind == TaskKind::kCompute && t.amount > 0) || (t.kind == TaskKind::kJoin && t.timeline))) return;
   TimelineEvent ev;
   ev.category = static_cast<std::uint8_t>(t.category);
-  ev.stream = t.kind == TaskKind::kCompute ? 0 : t.category == Category::kCombine ? 2 : 1;
+  ev.stream = stream;
   ev.layer = t.layer >= 0 ? layers_.ids[static_cast<std::size_t>(t.layer)] : -1;
   ev.gpu = t.gpu;
   ev.step = step_index_ - 1;
   ev.begin = t.kind == TaskKind::kJoin ? g.tasks[t.gate].start : t.start;
   ev.end = t.end;
+  if (stream > 0) std::swap(ev.bytes, timeline_bytes_[static_cast<std::size_t>(t.gpu) * 2 + stream - 1]);
+  const auto slot = static_cast<std::size_t>(t.layer * in_.ep + t.gpu / std::max(1, in_.tp));
+  const bool moe = t.layer >= 0 && layers_.moe[static_cast<std::size_t>(t.layer)] != 0 && slot < g.rank_tokens.size();
+  ev.tokens = moe ? g.rank_tokens[slot] : static_cast<double>(g.tokens);
   result_.timeline.push_back(ev);
 }
 
@@ -360,6 +389,7 @@ void Executor::start_step() {
   std::fill(a2a_time_.begin(), a2a_time_.end(), 0.0);
   std::fill(a2a_active_.begin(), a2a_active_.end(), 0);
   std::fill(layer_last_.begin(), layer_last_.end(), -1.0);
+  std::fill(timeline_bytes_.begin(), timeline_bytes_.end(), 0.0);
   if (dump_) dump_step(*current_);
   if (measuring_ && !current_->pair_bytes.empty()) {
     // The port phases' traffic, pair by pair as routing counted it (no transfer carries it).
@@ -369,6 +399,9 @@ void Executor::start_step() {
   }
   ++step_index_;
   step_start_ = sg4::Engine::get_clock();
+  // The timeline's first step: every GPU's power as it starts (later samples only where it changes).
+  if (measuring_ && step_index_ - 1 == in_.options.warmup_steps && in_.options.timeline_steps > 0)
+    for (int gpu = 0; gpu < static_cast<int>(track_.size()); ++gpu) record_power(gpu, step_start_);
   // The root has no predecessors.
   worklist_.clear();
   start_task(0);

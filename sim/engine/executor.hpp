@@ -89,7 +89,10 @@ class Executor {
   void finish_task(Task& t);
   // Transfer t's GPUs stop communicating at `at` (its end; a port phase's: the phase's end).
   void end_comm(const Task& t, double at);
+  // Whether the running step is one the timeline records (the first timeline_steps measured ones).
+  bool in_timeline() const;
   void record_timeline(const StepGraph& g, const Task& t);
+  void record_power(int gpu, double at);  // a power sample: the GPU's watts from `at` on
   void end_step(double end);
   void refresh_contention(int gpu);
   const models::Slowdown& slowdown(GpuTrack& tr, const Task& comm);
@@ -132,6 +135,9 @@ class Executor {
   std::vector<double> layer_sums_;  // [slot][5]: token tail, token avg, a2a tail, a2a avg, span
   std::vector<double> layer_first_, layer_last_;  // per slot, this step: earliest task start, latest end
   std::vector<double> rank_token_sums_;
+  // [gpu * 2 + lane - 1], timeline steps: payload bytes sent since the GPU's last stream operation of
+  // that lane (1 communication, 2 combine) was recorded.
+  std::vector<double> timeline_bytes_;
   SimResult result_;
 };
 

@@ -1,7 +1,15 @@
 #include "sim/engine/result.hpp"
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+#include <string_view>
+#include <tuple>
 
 #include "sim/engine/step_graph.hpp"
 
@@ -133,17 +141,106 @@ const char* timeline_category_name(int category) {
   return category_name(static_cast<Category>(category));
 }
 
-std::string chrome_trace_json(const std::vector<TimelineEvent>& events, std::size_t gpus) {
-  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
-  out.reserve(160 * (events.size() + 3 * gpus));
+namespace {
+
+// JSON string contents: quotes, backslashes and control characters escaped (variant names are
+// folder-safe already; this keeps the file valid whatever a caller passes).
+void append_escaped(std::string& out, std::string_view text) {
+  for (char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(ch));
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+}
+
+bool is_power(const TimelineEvent& e) { return e.stream == kPowerStream; }
+
+// The steps the trace keeps: whole steps, in order, while the events stay within kMaxTraceEvents
+// (the first step whatever its size).
+std::set<std::int32_t> kept_steps(const std::vector<TimelineEvent>& events, std::size_t& dropped) {
+  std::map<std::int32_t, std::size_t> per_step;
+  for (const auto& e : events) ++per_step[e.step];
+  std::set<std::int32_t> kept;
+  std::size_t total = 0;
+  dropped = 0;
+  for (const auto& [step, n] : per_step) {
+    if (!kept.empty() && (dropped > 0 || total + n > kMaxTraceEvents)) {
+      ++dropped;
+      continue;
+    }
+    kept.insert(step);
+    total += n;
+  }
+  return kept;
+}
+
+}  // namespace
+
+// The Trace Event Format (JSON Object Format with "traceEvents", "displayTimeUnit" and "otherData"):
+// catapult-project/catapult docs/trace-event-format.md (the format's definition) and, for how
+// Perfetto reads it, google/perfetto docs/getting-started/other-formats.md. Complete events ("X"),
+// counter events ("C"), flow events ("s"/"f", the second with "bp":"e" so that it binds to the
+// enclosing slice) and metadata events ("M": process_name, process_sort_index, thread_name).
+std::string chrome_trace_json(const std::vector<TimelineEvent>& events, std::size_t gpus, const TraceInfo& info) {
+  std::size_t dropped = 0;
+  const std::set<std::int32_t> steps = kept_steps(events, dropped);
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"variant\":\"";
+  append_escaped(out, info.variant);
+  out += "\",\"timeline\":\"";
+  append_escaped(out, info.timeline);
+  out += "\",\"steps\":[";
+  for (auto it = steps.begin(); it != steps.end(); ++it) {
+    if (it != steps.begin()) out += ',';
+    out += std::to_string(*it);
+  }
+  out += "],\"steps_left_out\":" + std::to_string(dropped) + ",\"time_unit\":\"us\"},\"traceEvents\":[";
+  out.reserve(out.size() + 220 * events.size() + 400 * gpus);
   bool first = true;
   auto open = [&] {
     if (!first) out += ',';
     first = false;
   };
-  for (const auto& e : events) {
-    open();
+  // Per (step, GPU, layer): the dispatch, expert and combine slices, for the flows.
+  struct Chain {
+    std::vector<const TimelineEvent*> dispatch, experts, combine;
+  };
+  std::map<std::tuple<std::int32_t, std::int32_t, std::int32_t>, Chain> chains;
+  // Of a GPU's power samples at one instant (a state left and another entered at once), the last.
+  std::vector<char> superseded(events.size(), 0);
+  std::map<std::int32_t, std::size_t> last_sample;
+  std::map<std::int32_t, double> written_watts;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    if (!is_power(events[i])) continue;
+    const auto [it, fresh] = last_sample.try_emplace(events[i].gpu, i);
+    if (!fresh && events[it->second].begin == events[i].begin) superseded[it->second] = 1;
+    it->second = i;
+  }
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const TimelineEvent& e = events[i];
+    if (!steps.count(e.step) || superseded[i]) continue;
+    const std::string pid = std::to_string(e.gpu);
+    if (is_power(e)) {
+      // A counter holds its value: a sample equal to the GPU's previous one says nothing.
+      const auto [w, fresh] = written_watts.try_emplace(e.gpu, e.watts);
+      if (!fresh && w->second == e.watts) continue;
+      w->second = e.watts;
+      open();
+      out += "{\"name\":\"power\",\"cat\":\"power\",\"ph\":\"C\",\"ts\":";
+      append_number(out, e.begin * 1e6);
+      out += ",\"pid\":" + pid + ",\"args\":{\"W\":";
+      append_number(out, e.watts);
+      out += "}}";
+      continue;
+    }
     const char* cat = timeline_category_name(e.category);
+    open();
     out += "{\"name\":\"";
     out += cat;
     if (e.layer >= 0) {
@@ -156,19 +253,105 @@ std::string chrome_trace_json(const std::vector<TimelineEvent>& events, std::siz
     append_number(out, e.begin * 1e6);
     out += ",\"dur\":";
     append_number(out, (e.end - e.begin) * 1e6);
-    out += ",\"pid\":" + std::to_string(e.gpu) + ",\"tid\":" + std::to_string(e.stream) +
-           ",\"args\":{\"step\":" + std::to_string(e.step) + "}}";
+    out += ",\"pid\":" + pid + ",\"tid\":" + std::to_string(e.stream) + ",\"args\":{\"step\":" + std::to_string(e.step);
+    if (e.layer >= 0) out += ",\"layer\":" + std::to_string(e.layer);
+    out += ",\"bytes\":";
+    append_number(out, e.bytes);
+    out += ",\"tokens\":";
+    append_number(out, e.tokens);
+    out += "}}";
+    if (e.layer < 0) continue;
+    const auto c = static_cast<Category>(e.category);
+    if (c != Category::kDispatch && c != Category::kExpert && c != Category::kCombine) continue;
+    Chain& ch = chains[{e.step, e.gpu, e.layer}];
+    (c == Category::kDispatch ? ch.dispatch : c == Category::kExpert ? ch.experts : ch.combine).push_back(&e);
+  }
+  // Flows: per GPU and MoE layer, the i-th dispatch (in start order) to the i-th expert compute to the
+  // i-th combine (one of each per chunk). Both ends sit at their slice's start, on its GPU and lane.
+  std::uint64_t id = 0;
+  auto flow = [&](const TimelineEvent& from, const TimelineEvent& to, const char* name) {
+    ++id;
+    for (const TimelineEvent* e : {&from, &to}) {
+      open();
+      out += "{\"name\":\"";
+      out += name;
+      out += "\",\"cat\":\"moe_layer\",\"ph\":\"";
+      out += e == &from ? "s" : "f\",\"bp\":\"e";
+      out += "\",\"id\":" + std::to_string(id) + ",\"ts\":";
+      append_number(out, e->begin * 1e6);
+      out += ",\"pid\":" + std::to_string(e->gpu) + ",\"tid\":" + std::to_string(e->stream) + "}";
+    }
+  };
+  auto by_start = [](const TimelineEvent* a, const TimelineEvent* b) { return a->begin < b->begin; };
+  for (auto& [key, ch] : chains) {
+    std::sort(ch.dispatch.begin(), ch.dispatch.end(), by_start);
+    std::sort(ch.experts.begin(), ch.experts.end(), by_start);
+    std::sort(ch.combine.begin(), ch.combine.end(), by_start);
+    for (std::size_t i = 0; i < ch.experts.size(); ++i) {
+      if (i < ch.dispatch.size()) flow(*ch.dispatch[i], *ch.experts[i], "dispatch -> experts");
+      if (i < ch.combine.size()) flow(*ch.experts[i], *ch.combine[i], "experts -> combine");
+    }
   }
   for (std::size_t g = 0; g < gpus; ++g) {
     const std::string pid = std::to_string(g);
     open();
-    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"args\":{\"name\":\"GPU " + pid + "\"}}";
+    out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"args\":{\"name\":\"";
+    append_escaped(out, info.variant.empty() ? "GPU " + pid : info.variant + " GPU " + pid);
+    if (!info.timeline.empty()) {
+      out += " (";
+      append_escaped(out, info.timeline);
+      out += ")";
+    }
+    out += "\"}}";
+    out += ",{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" + pid + ",\"args\":{\"sort_index\":" + pid + "}}";
     out += ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":0,\"args\":{\"name\":\"compute\"}}";
     out += ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":1,\"args\":{\"name\":\"communication\"}}";
     out += ",{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" + pid + ",\"tid\":2,\"args\":{\"name\":\"combine\"}}";
   }
   out += "]}\n";
   return out;
+}
+
+nlohmann::json step_activity_json(const std::vector<TimelineEvent>& events, std::size_t gpus) {
+  std::int32_t step = std::numeric_limits<std::int32_t>::max();
+  for (const auto& e : events)
+    if (!is_power(e)) step = std::min(step, e.step);
+  if (step == std::numeric_limits<std::int32_t>::max()) return nullptr;
+  double t0 = std::numeric_limits<double>::infinity(), t1 = -t0;
+  for (const auto& e : events)
+    if (!is_power(e) && e.step == step) {
+      t0 = std::min(t0, e.begin);
+      t1 = std::max(t1, e.end);
+    }
+  const std::size_t shown = std::min(gpus, kStepActivityGpus);
+  // [gpu][0 compute, 1 communication]: intervals, sorted then merged where they touch or overlap.
+  std::vector<std::array<std::vector<std::pair<double, double>>, 2>> lanes(shown);
+  for (const auto& e : events)
+    if (!is_power(e) && e.step == step && e.gpu >= 0 && static_cast<std::size_t>(e.gpu) < shown)
+      lanes[static_cast<std::size_t>(e.gpu)][e.stream == 0 ? 0 : 1].emplace_back(e.begin - t0, e.end - t0);
+  nlohmann::json rows = nlohmann::json::array();
+  for (auto& gpu : lanes) {
+    nlohmann::json row = nlohmann::json::object();
+    for (int k = 0; k < 2; ++k) {
+      auto& v = gpu[static_cast<std::size_t>(k)];
+      std::sort(v.begin(), v.end());
+      nlohmann::json merged = nlohmann::json::array();
+      double b = 0.0, e = -1.0;
+      for (const auto& [x, y] : v) {
+        if (e >= 0.0 && x <= e) {
+          e = std::max(e, y);
+          continue;
+        }
+        if (e >= 0.0) merged.push_back({b, e});
+        b = x;
+        e = y;
+      }
+      if (e >= 0.0) merged.push_back({b, e});
+      row[k == 0 ? "compute" : "comm"] = std::move(merged);
+    }
+    rows.push_back(std::move(row));
+  }
+  return {{"step", step}, {"span_s", t1 - t0}, {"gpus_total", gpus}, {"gpus", std::move(rows)}};
 }
 
 }  // namespace moesim::sim

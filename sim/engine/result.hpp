@@ -35,22 +35,48 @@ struct GpuResult {
   double peak_power = 0.0;     // W, highest state power visited
 };
 
-// One event of the Chrome-trace timeline: a compute task or a stream operation on a GPU. Kept as
-// plain values while simulating (no JSON until the file is written: the timeline's first steps
-// would otherwise allocate a JSON object per event in the engine's thread).
+// One event of the Chrome-trace timeline: a compute task or a stream operation on a GPU, or a change of
+// a GPU's power. Kept as plain values while simulating (no JSON until the file is written: the
+// timeline's first steps would otherwise allocate a JSON object per event in the engine's thread).
+inline constexpr std::uint8_t kPowerStream = 3;      // TimelineEvent::stream of a power sample
+inline constexpr std::uint8_t kPowerCategory = 0xff;  // and its category: no task's
 struct TimelineEvent {
   std::uint8_t category = 0;  // timeline_category_name(category): "experts", "dispatch", ...
-  std::uint8_t stream = 0;    // 0 compute, 1 communication (dispatch, collectives), 2 combine
+  // 0 compute, 1 communication (dispatch, collectives), 2 combine, kPowerStream a power sample
+  std::uint8_t stream = 0;
   std::int32_t layer = -1;    // decoder layer (synthetic: layer number), -1 for none
   std::int32_t gpu = 0;
   std::int32_t step = 0;      // step index, warmup steps included
-  double begin = 0.0, end = 0.0;  // s
+  double begin = 0.0, end = 0.0;  // s; a power sample: begin = end = when the power changed
+  // A stream operation: payload bytes of the transfers this GPU sent in it (0 for computes).
+  double bytes = 0.0;
+  // A task of an MoE layer: tokens routed to this GPU's EP rank in that layer this step; any other
+  // task: the tokens the step processes.
+  double tokens = 0.0;
+  double watts = 0.0;  // a power sample: W the GPU draws from `begin` on (the power model's value)
   bool operator==(const TimelineEvent&) const = default;
 };
 const char* timeline_category_name(int category);
-// The Chrome-trace JSON of a timeline (Perfetto opens it): one complete event per TimelineEvent, named
-// "<category> L<layer>", then the process and thread names of `gpus` GPUs.
-std::string chrome_trace_json(const std::vector<TimelineEvent>& events, std::size_t gpus);
+
+// What the Chrome trace says about where it comes from: the variant's name and its timeline's label.
+struct TraceInfo {
+  std::string variant;
+  std::string timeline;
+};
+// Events the trace holds at most: whole steps are kept while they fit (the first step always); the
+// rest are left out and counted in the file's otherData.
+inline constexpr std::size_t kMaxTraceEvents = 250000;
+// The Chrome-trace JSON of a timeline (Perfetto and chrome://tracing open it; docs/report.md,
+// "Timeline trace"): one complete event per slice, named "<category> L<layer>" with bytes and tokens
+// in its args; a power counter per GPU; flows dispatch -> experts -> combine per GPU and MoE layer;
+// process and thread names carrying the variant and the GPU, for `gpus` GPUs.
+std::string chrome_trace_json(const std::vector<TimelineEvent>& events, std::size_t gpus, const TraceInfo& info = {});
+// One step of a timeline for the report's timeline chart: the first recorded step, per GPU (at most
+// kStepActivityGpus) its compute and communication busy intervals, s from the step's first event,
+// merged where they touch: {"step", "span_s", "gpus_total", "gpus": [{"compute": [[b, e], ...],
+// "comm": [[b, e], ...]}]}. Null when the timeline recorded no event.
+inline constexpr std::size_t kStepActivityGpus = 16;
+nlohmann::json step_activity_json(const std::vector<TimelineEvent>& events, std::size_t gpus);
 
 // One online rebalance of a simulated measured step (docs/simulator.md, "Online rebalancing").
 struct RebalanceEvent {

@@ -24,6 +24,7 @@ using nlohmann::json;
 namespace {
 
 constexpr int kChartCount = 7;
+constexpr double kActivityTicks = 20000.0;  // the timeline chart's time resolution, per step
 
 // Reads one JSON file of a results folder and checks the fields the report needs; every complaint
 // names the file, the JSON path, what was expected and what was found.
@@ -206,6 +207,54 @@ RoutedLayers routed_layers(const Reader& detail, const json& timeline, const std
   return out;
 }
 
+// Per timeline label (sequential, overlapped, ideal, ideal-1-chunk): the one step result.json's
+// step_activity holds (sim/engine/result.hpp, step_activity_json), with the timeline's chunk count
+// (the most over its MoE layers). Folders written before step_activity existed give none.
+json timeline_activity(const Reader& detail, const json& timelines) {
+  json out = json::object();
+  for (std::size_t i = 0; i < timelines.size(); ++i) {
+    const std::string at = "variant.timelines[" + std::to_string(i) + "]";
+    const json& t = timelines[i];
+    const std::string label = detail.string(t, at, "label");
+    if (label != "sequential" && label != "overlapped" && label != "ideal" && label != "ideal-1-chunk") continue;
+    if (!t.contains("step_activity") || t["step_activity"].is_null()) continue;
+    const json& a = detail.object(t, at, "step_activity");
+    const std::string a_at = at + ".step_activity";
+    // The page draws intervals in ticks of kActivityTicks per step (finer than a pixel), as integers: a
+    // tenth of the bytes of full-precision seconds. ideal-1-chunk gives only its span (the chunking cost).
+    const double span = detail.number(a, a_at, "span_s");
+    const double tick = span > 0.0 ? span / kActivityTicks : 1.0;
+    json gpus = json::array();
+    const json& rows = detail.array(a, a_at, "gpus");
+    for (std::size_t g = 0; g < rows.size(); ++g) {
+      const std::string g_at = a_at + ".gpus[" + std::to_string(g) + "]";
+      json row = json::object();
+      for (const char* lane : {"compute", "comm"}) {
+        const json& iv = detail.array(rows[g], g_at, lane);
+        json ticks = json::array();
+        for (std::size_t k = 0; k < iv.size(); ++k) {
+          if (!iv[k].is_array() || iv[k].size() != 2 || !iv[k][0].is_number() || !iv[k][1].is_number())
+            detail.fail(g_at + "." + lane + "[" + std::to_string(k) + "]", "a [begin, end] pair of numbers", &iv[k]);
+          ticks.push_back({std::llround(iv[k][0].get<double>() / tick), std::llround(iv[k][1].get<double>() / tick)});
+        }
+        row[lane] = std::move(ticks);
+      }
+      if (label != "ideal-1-chunk") gpus.push_back(std::move(row));
+    }
+    int chunks = 1;
+    for (const auto& l : detail.array(t, at, "layers"))
+      if (l.is_object() && l.value("moe", false) && l.contains("chunks") && l["chunks"].is_number_integer())
+        chunks = std::max(chunks, l["chunks"].get<int>());
+    out[label] = {{"step", detail.number(a, a_at, "step")},
+                  {"span", span},
+                  {"tick", tick},
+                  {"gpus_total", detail.number(a, a_at, "gpus_total")},
+                  {"chunks", chunks},
+                  {"gpus", std::move(gpus)}};
+  }
+  return out;
+}
+
 // The per-variant part of the data: the summary row plus the requested timeline's steps and the
 // routed MoE layers, read from variants/NAME/result.json.
 json variant_data(const Reader& rows, const json& row, const std::string& at, const fs::path& root,
@@ -235,6 +284,10 @@ json variant_data(const Reader& rows, const json& row, const std::string& at, co
         rebalanced.push_back(e["measured_step"]);
   v["rebalances"] = std::move(rebalanced);
   v["gpus"] = detail.array(t, t_at, "gpus").size();
+  v["activity"] = timeline_activity(detail, timelines);
+  std::error_code ec;
+  const fs::path trace = root / "variants" / name / "timeline.json";
+  v["trace"] = fs::exists(trace, ec) ? "variants/" + name + "/timeline.json" : "";
   RoutedLayers routed = routed_layers(detail, t, t_at);
   v["moe_layers"] = routed.moe_layers;
   v["layers"] = std::move(routed.layers);
@@ -301,10 +354,16 @@ constexpr ChartShell kCharts[kChartCount] = {
      "All GPUs' energy over the measured steps divided by the tokens processed, against p99 step latency; ringed "
      "points form the Pareto front (no other variant is both faster and cheaper).",
      false},
-    {"timelines", "6. Ideal, overlapped and sequential timelines",
-     "p50 step latency of each variant simulated three ways: ideal (no contention), overlapped (chunked all-to-all "
-     "under contention), sequential; the outlined bar is the variant's requested policy.",
-     false},
+    {"timelines", "6. One step of the sequential, overlapped and ideal timelines",
+     "The variant's first measured step simulated three ways, one row per GPU: its compute lane (solid) over its "
+     "communication lane (light, hatched: dispatch, combine, collectives), time from the step's first event. "
+     "Sequential: one chunk, dispatch, experts and combine in order. Overlapped: the MoE layer cut into chunks so that "
+     "one chunk's all-to-all runs while another computes, under contention. Ideal: the overlapped schedule with "
+     "contention switched off (docs/simulator.md, \"Overlap policies\"). Ideal still pays every per-chunk cost: each "
+     "chunk's dispatch and combine wait their operation's fixed cost (launch, protocol setup, synchronisation) and "
+     "each chunk's expert GEMMs run on fewer tokens, so ideal can end later than sequential where those costs "
+     "outweigh the hidden communication; the note gives the cost of chunking, ideal(N chunks) / ideal(1 chunk) - 1.",
+     true},
     {"steps", "7. Step latency over time",
      "Every measured step of each variant's requested timeline in run order; a ring marks a step an online "
      "rebalance came before (placement.rebalance; a blocking migration's time is in that step).",
@@ -363,6 +422,32 @@ std::string header_html(const json& data, const std::string& source) {
   h << context_html(data) << "<p class=\"source\">" << html_escape(source)
     << " Regenerate this page with <code>moesim report " << html_escape(data["folder"].get<std::string>())
     << "</code>.</p>\n</header>\n";
+  return h.str();
+}
+
+// A link per variant to its Chrome-trace timeline, relative to the page, and how to open one.
+std::string traces_html(const json& data) {
+  const std::string base = data.value("link_base", std::string());
+  std::ostringstream h;
+  h << "<section class=\"traces\" id=\"traces\">\n<h2>Timeline traces</h2>\n<p class=\"perfetto\">Each variant's "
+       "requested timeline, its first measured steps event by event, as a Chrome trace (Trace Event Format JSON): one "
+       "process per GPU named after the variant, compute, communication and combine lanes, a power counter per GPU, "
+       "flow arrows dispatch &rarr; experts &rarr; combine per MoE layer, and bytes and tokens in each slice's "
+       "arguments. To open one, go to <a href=\"https://ui.perfetto.dev\">ui.perfetto.dev</a>, choose "
+       "<b>Open trace file</b> and pick the file (the page cannot hand a local file to Perfetto itself); "
+       "<code>chrome://tracing</code> (<b>Load</b>) opens it too.</p>\n<ul class=\"traces\">\n";
+  for (const auto& v : data["variants"]) {
+    const std::string trace = v.value("trace", std::string());
+    const std::string name = v["name"].get<std::string>();
+    if (trace.empty()) {
+      h << "<li>" << html_escape(name) << ": no timeline.json in the results folder</li>\n";
+      continue;
+    }
+    h << "<li><a class=\"trace\" data-variant=\"" << html_escape(name) << "\" href=\"" << html_escape(base + trace)
+      << "\">" << html_escape(name) << ": " << html_escape(trace) << "</a> (timeline "
+      << html_escape(v.value("timeline", std::string())) << ")</li>\n";
+  }
+  h << "</ul>\n</section>\n";
   return h.str();
 }
 
@@ -484,7 +569,8 @@ std::string render_report(const json& data) {
     << assets::kReportStyle << "</style>\n</head>\n"
     << "<body data-rendered=\"0\" data-charts=\"" << kChartCount << "\">\n"
     << header_html(data, source) << "<section>\n<h2>Results</h2>\n" << results_table_html(data)
-    << "</section>\n<section class=\"charts\">\n" << chart_shells_html(source) << "</section>\n";
+    << "</section>\n" << traces_html(data) << "<section class=\"charts\">\n" << chart_shells_html(source)
+    << "</section>\n";
   // The chart code is plain DOM and SVG with no libraries; it puts data strings on the page only through
   // textContent and setAttribute, never as markup.
   h << "<script type=\"application/json\" id=\"report-data\">" << script_json(data) << "</script>\n<script>\n"
@@ -494,7 +580,14 @@ std::string render_report(const json& data) {
 
 std::string write_report(const std::string& dir, const std::string& file, bool overwrite) {
   common::check_can_write(file, overwrite);
-  const std::string page = render_report(load_report_data(dir));
+  json data = load_report_data(dir);
+  // Links to the folder's files are relative to the page: from the page's folder to the results folder.
+  std::error_code ec;
+  const fs::path page_dir = fs::absolute(fs::path(file), ec).parent_path();
+  const fs::path results_dir = fs::absolute(fs::path(dir), ec).lexically_normal();
+  const fs::path rel = results_dir.lexically_relative(page_dir.lexically_normal());
+  data["link_base"] = rel.empty() || rel == "." ? std::string() : rel.generic_string() + "/";
+  const std::string page = render_report(data);
   common::write_file_atomic(file, page, overwrite);
   return file;
 }

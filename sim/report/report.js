@@ -198,6 +198,17 @@
     return { marks: marks };
   }
 
+  // Line styles that tell variants apart without colour; the baseline is always solid.
+  const DASHES = ['', '7,3', '2,3', '9,3,2,3', '4,4', '12,4', '2,2,6,2'];
+  function lineLegend(c, col, label, dash, width, marker) {
+    const s = html(c.legend, 'span', { class: 'item' });
+    const svg = el(null, 'svg', { width: 30, height: 12, viewBox: '0 0 30 12', class: 'swatch' });
+    el(svg, 'line', { x1: 1, x2: 29, y1: 6, y2: 6, stroke: col, 'stroke-width': width, 'stroke-dasharray': dash });
+    if (marker === 'square') el(svg, 'rect', { x: 11.5, y: 2.5, width: 7, height: 7, fill: col, stroke: '#fff' });
+    else if (marker) el(svg, 'circle', { cx: 15, cy: 6, r: 3.2, fill: col, stroke: '#fff' });
+    s.appendChild(svg);
+    s.appendChild(document.createTextNode(label));
+  }
   function drawCdf(c) {
     const vs = VARIANTS.filter((v) => v.steps.length);
     if (!vs.length) return empty(c, 'no variant has measured steps');
@@ -213,22 +224,45 @@
       text(f.g, 4, f.y(q) + 12, q === 0.5 ? 'p50' : 'p99', { class: 'tick' });
     }
     let marks = 0;
-    for (const v of vs) {
+    const styleOf = (v) => {
+      const others = vs.filter((x) => !x.baseline);
+      return v.baseline ? { dash: '', width: 2.6, marker: 'square' }
+                        : { dash: DASHES[(others.indexOf(v) + 1) % DASHES.length], width: 1.8, marker: 'circle' };
+    };
+    // The baseline last, over a white halo, so that no other curve hides it.
+    const order = vs.filter((v) => !v.baseline).concat(vs.filter((v) => v.baseline));
+    for (const v of order) {
       const s = v.steps.slice().sort((a, b) => a - b);
       const n = s.length;
+      const st = styleOf(v);
       let d = 'M' + f.x(s[0] * tu.f).toFixed(2) + ',' + f.y(0).toFixed(2);
       s.forEach((x, i) => {
         const px = f.x(x * tu.f).toFixed(2);
         d += 'L' + px + ',' + f.y(i / n).toFixed(2) + 'L' + px + ',' + f.y((i + 1) / n).toFixed(2);
       });
       d += 'L' + f.pw.toFixed(2) + ',' + f.y(1).toFixed(2);
-      const p = el(f.g, 'path', { d: d, fill: 'none', stroke: colourOf(v), 'stroke-width': v.baseline ? 2.6 : 1.8,
-        'data-mark': 1 });
-      tip(p, v.name + ': ' + n + ' steps, min ' + fmt(s[0] * tu.f) + ', p50 ' + fmt(v.p50 * tu.f) + ', p99 ' +
-        fmt(v.p99 * tu.f) + ', max ' + fmt(s[n - 1] * tu.f) + ' ' + tu.u);
+      if (v.baseline)
+        el(f.g, 'path', { d: d, fill: 'none', stroke: '#fff', 'stroke-width': st.width + 3, 'stroke-opacity': 0.9 });
+      const p = el(f.g, 'path', { d: d, fill: 'none', stroke: colourOf(v), 'stroke-width': st.width,
+        'stroke-dasharray': st.dash, 'data-mark': 1 });
+      tip(p, v.name + (v.baseline ? ' (baseline)' : '') + ': ' + n + ' steps, min ' + fmt(s[0] * tu.f) + ', p50 ' +
+        fmt(v.p50 * tu.f) + ', p99 ' + fmt(v.p99 * tu.f) + ', max ' + fmt(s[n - 1] * tu.f) + ' ' + tu.u);
       ++marks;
+      // Markers where the curve crosses p50 and p99: they stay visible where curves coincide.
+      [[v.p50, 0.5], [v.p99, 0.99]].forEach(([x, q]) => {
+        if (!isNum(x)) return;
+        const cx = f.x(x * tu.f), cy = f.y(q);
+        const mk = el(f.g, st.marker === 'square' ? 'rect' : 'circle', st.marker === 'square'
+          ? { x: cx - 4, y: cy - 4, width: 8, height: 8, fill: colourOf(v), stroke: '#fff' }
+          : { cx: cx, cy: cy, r: 3.4, fill: colourOf(v), stroke: '#fff' });
+        tip(mk, v.name + ': p' + Math.round(q * 100) + ' ' + fmt(x * tu.f) + ' ' + tu.u);
+      });
     }
-    variantLegend(c, vs);
+    for (const v of vs) {
+      const st = styleOf(v);
+      const label = v.name + (v.baseline ? ' (baseline, drawn on top)' : '');
+      lineLegend(c, colourOf(v), label, st.dash, st.width, st.marker);
+    }
     return { marks: marks };
   }
 
@@ -430,44 +464,98 @@
     return { marks: marks };
   }
 
+  // One step of each of the sequential, overlapped and ideal timelines of one variant, per GPU: a row per
+  // GPU with its compute lane (solid) above its communication lane (light, hatched), time from the
+  // step's first event on x. Colour is the variant's, as in every chart; the shade says compute or
+  // communication.
+  const POLICIES = ['sequential', 'overlapped', 'ideal'];
   function drawTimelines(c) {
-    const KINDS = [['ideal', '#009e73'], ['overlapped', '#e69f00'], ['sequential', '#0072b2']];
-    const vs = VARIANTS.filter((v) => KINDS.some(([k]) => isNum(v.timelines_p50[k])));
-    if (!vs.length) return empty(c, 'no timeline has measured steps');
-    const vals = [].concat.apply([], vs.map((v) => KINDS.map(([k]) => v.timelines_p50[k]).filter(isNum)));
-    const tu = timeUnit(maxOf(vals));
-    const names = vs.map((v) => v.name + (v.baseline ? ' (baseline)' : ''));
-    const lab = bandLabels(names, 580);
-    const f = frame(c.svg, { width: 660 + lab.left, height: 330 + lab.space,
-      margin: { l: 66 + lab.left, r: 14, t: 16, b: 30 + lab.space },
-      x: { bands: names, labels: lab, bold: (i) => vs[i].baseline }, y: { lo: 0, hi: maxOf(vals) * tu.f * 1.1 },
-      xLabel: 'variant', yLabel: 'p50 step latency (' + tu.u + ')' });
-    let marks = 0;
-    const missing = {};
-    vs.forEach((v, i) => {
-      const bw = f.band * 0.76 / KINDS.length;
-      KINDS.forEach(([k, col], j) => {
-        const val = v.timelines_p50[k];
-        if (!isNum(val)) { (missing[k] = missing[k] || []).push(v.name); return; }
-        const y = f.y(val * tu.f);
-        const requested = v.overlap === k;
-        const r = el(f.g, 'rect', { x: f.xBand(i) + f.band * 0.12 + j * bw, y: y, width: Math.max(1, bw - 2),
-          height: Math.max(0, f.ph - y), fill: col, stroke: requested ? '#111' : col, 'stroke-width': requested ? 2 : 1,
-          'data-mark': 1 });
-        const seq = v.timelines_p50.sequential;
-        tip(r, v.name + ': ' + k + ' p50 ' + fmt(val * tu.f) + ' ' + tu.u + (requested ? ' (requested)' : '') +
-          (isNum(seq) && k !== 'sequential' && seq > 0 ? ', ' + pct(val / seq - 1) + ' vs sequential' : ''));
-        ++marks;
+    const all = VARIANTS.filter((v) => v.activity && POLICIES.some((k) => v.activity[k]));
+    if (!all.length) return empty(c, 'no timeline recorded a step (results written by an older moesim: rerun it)');
+    if (!c.select) {
+      const l = html(c.controls, 'label', {}, 'variant: ');
+      c.select = html(l, 'select', {});
+      for (const v of all) html(c.select, 'option', { value: v.name }, v.name + (v.baseline ? ' (baseline)' : ''));
+      c.select.value = (baseline && all.indexOf(baseline) >= 0 ? baseline : all[0]).name;
+      c.select.addEventListener('change', () => c.repaint());
+    }
+    const v = all.find((x) => x.name === c.select.value) || all[0];
+    const col = colourOf(v);
+    const shown = POLICIES.filter((k) => v.activity[k]);
+    const span = maxOf(shown.map((k) => v.activity[k].span));
+    const tu = timeUnit(span);
+    const gpus = maxOf(shown.map((k) => v.activity[k].gpus.length));
+    const laneH = gpus > 8 ? 5 : 8, rowH = 2 * laneH + 4, head = 22, groupGap = 12;
+    const m = { l: 64, r: 110, t: 8, b: 46 };
+    const plotH = shown.length * (head + gpus * rowH + groupGap);
+    const W = 1320, H = m.t + plotH + m.b;
+    const f = frame(c.svg, { width: W, height: H, margin: m, x: { lo: 0, hi: span * tu.f * 1.02 },
+      y: { lo: 0, hi: 1, ticks: [], label: () => '' }, xLabel: 'time from the step\u2019s first event (' + tu.u + ')',
+      yLabel: '' });
+    const defs = el(c.svg, 'defs');
+    const pat = el(defs, 'pattern', { id: 'comm-hatch', width: 5, height: 5, patternUnits: 'userSpaceOnUse',
+      patternTransform: 'rotate(45)' });
+    el(pat, 'rect', { width: 5, height: 5, fill: col, 'fill-opacity': 0.3 });
+    el(pat, 'line', { x1: 0, y1: 0, x2: 0, y2: 5, stroke: col, 'stroke-width': 2 });
+    let marks = 0, y = 0;
+    for (const k of shown) {
+      const a = v.activity[k];
+      const requested = v.overlap === k;
+      const title = text(f.g, 4, y + 15, k + (requested ? ' (requested)' : ''),
+        { class: 'axis-label', 'font-weight': 700 });
+      const sub = el(title, 'tspan', { class: 'tick', 'font-weight': 400, dx: 8 });
+      sub.textContent = a.chunks + (a.chunks === 1 ? ' chunk' : ' chunks per MoE layer') +
+        (k === 'ideal' ? ', contention off' : k === 'sequential' ? '' : ', contention on');
+      y += head;
+      const end = f.x(a.span * tu.f);
+      el(f.g, 'line', { x1: end, x2: end, y1: y, y2: y + a.gpus.length * rowH, stroke: '#222', 'stroke-width': 1.2 });
+      text(f.g, end + 4, y + 10, 'step ' + fmt(a.span * tu.f, 3) + ' ' + tu.u, { class: 'tick' });
+      a.gpus.forEach((g, i) => {
+        const ry = y + i * rowH;
+        text(f.g, -6, ry + laneH + 3, 'GPU ' + i, { class: 'tick', 'text-anchor': 'end' });
+        [['compute', g.compute, col], ['communication', g.comm, 'url(#comm-hatch)']].forEach(([lane, iv, fill], j) => {
+          for (const [tb, te] of iv) {
+            const b = tb * a.tick, e = te * a.tick;
+            const x0 = f.x(b * tu.f), x1 = f.x(e * tu.f);
+            const r = el(f.g, 'rect', { x: x0, y: ry + j * laneH, width: Math.max(0.6, x1 - x0), height: laneH - 1,
+              fill: fill, stroke: j ? col : 'none', 'stroke-width': 0.5, 'data-mark': 1 });
+            tip(r, v.name + ', ' + k + ', GPU ' + i + ': ' + lane + ' ' + fmt(b * tu.f) + '\u2013' + fmt(e * tu.f) + ' ' +
+              tu.u);
+            ++marks;
+          }
+        });
       });
-    });
-    for (const v of VARIANTS) if (vs.indexOf(v) < 0) (missing.all = missing.all || []).push(v.name);
-    for (const [k, col] of KINDS) legendItem(c, col, k);
-    legendItem(c, '#fff', 'outlined: requested policy', 'outline');
-    const gaps = Object.keys(missing);
-    html(c.note, 'span', {}, gaps.length
-      ? 'Not run (skipped): ' + gaps.map((k) => k + ' for ' + missing[k].join(', ')).join('; ') +
-        ' (overlap.timelines: requested runs only the requested policy).'
-      : 'All three timelines ran for every variant.');
+      y += a.gpus.length * rowH + groupGap;
+    }
+    c.svg.setAttribute('data-variant', v.name);
+    c.svg.setAttribute('data-policies', shown.join(','));
+    c.svg.setAttribute('data-gpus', String(gpus));
+    legendItem(c, col, 'compute (solid)');
+    legendItem(c, 'rgba(0,0,0,0)', 'communication: dispatch, combine, collectives (light, hatched)', 'hatch');
+    const hatch = c.legend.lastChild.firstChild;
+    hatch.style.background = 'repeating-linear-gradient(45deg, ' + col + ' 0 2px, transparent 2px 5px)';
+    hatch.style.borderColor = col;
+    legendItem(c, '#222', 'end of the step', 'line');
+    c.legend.appendChild(document.createTextNode(' \u00b7 colour = variant, as in every chart'));
+    const parts = [];
+    const ideal = v.activity.ideal, one = v.activity['ideal-1-chunk'], seq = v.activity.sequential;
+    if (ideal && one && one.span > 0)
+      parts.push('cost of chunking ideal(' + ideal.chunks + ' chunks) / ideal(1 chunk) \u2212 1 = ' +
+        pct(ideal.span / one.span - 1));
+    if (ideal && seq && seq.span > 0)
+      parts.push('ideal vs sequential ' + pct(ideal.span / seq.span - 1));
+    const first = v.activity[shown[0]];
+    if (first.gpus_total > first.gpus.length)
+      parts.push('first ' + first.gpus.length + ' of ' + first.gpus_total + ' GPUs shown');
+    const missing = POLICIES.filter((k) => !v.activity[k]);
+    if (missing.length) parts.push('not run: ' + missing.join(', ') + ' (overlap.timelines: requested)');
+    html(c.note, 'span', {}, v.name + ', step ' + first.step + ' (warmup included): ' +
+      (parts.length ? parts.join('; ') + '. ' : ''));
+    if (v.trace) {
+      html(c.note, 'span', {}, 'Every slice of the requested timeline\u2019s first steps: ');
+      html(c.note, 'a', { href: (DATA.link_base || '') + v.trace }, v.trace);
+      html(c.note, 'span', {}, ' (open it in Perfetto, see "Timeline traces" above).');
+    }
     return { marks: marks };
   }
 

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/error.hpp"
+#include "common/folder_lock.hpp"
 #include "common/hash.hpp"
 #include "sim/placement/policy.hpp"
 #include "sim/placement/routing_counts.hpp"
@@ -101,13 +102,17 @@ void cached_placement(const Scenario& s, VariantInputs& in, const PlacementPolic
   const fs::path file = fs::path(cache) / (s.placement.policy + "-" + common::sha256_hex(key.dump()).substr(0, 12) + ".yaml");
   std::error_code ec;
   if (!fs::exists(file, ec)) {
-    Placement p = solve_placement(s, in, policy);
-    p.report = without_wall_times(p.report);
-    p.report["cache_key"] = key;
     fs::create_directories(file.parent_path(), ec);
     if (ec) throw common::RunError("cannot create " + file.parent_path().string() + ": " + ec.message());
-    save_placement(p, file.string(), true);
-    in.placement_solved = true;
+    // Shards sharing the folder (--placements) solve each key once: the others wait, then read it.
+    const common::WaitingLock solving(fs::path(file.string() + ".lock"));
+    if (!fs::exists(file, ec)) {
+      Placement p = solve_placement(s, in, policy);
+      p.report = without_wall_times(p.report);
+      p.report["cache_key"] = key;
+      save_placement(p, file.string(), true);
+      in.placement_solved = true;
+    }
   }
   in.placement = load_placement(file.string());
   const std::string stale = "; delete the file and run again to solve it afresh";

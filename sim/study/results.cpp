@@ -11,6 +11,7 @@
 #include "common/build_info.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
+#include "common/stats.hpp"
 #include "sim/engine/engine.hpp"
 #include "traces/load_trace.hpp"
 
@@ -224,20 +225,11 @@ nlohmann::json phase_summary(const Scenario& s, const SimResult& r) {
     out.push_back({{"phase", i + 1},
                    {"trace", fs::path(s.trace_parts[i].path).filename().string()},
                    {"steps", v.size()},
-                   {"p50_s", jnum(percentile(v, 0.5))},
-                   {"p99_s", jnum(percentile(v, 0.99))},
+                   {"p50_s", jnum(common::percentile(v, 0.5))},
+                   {"p99_s", jnum(common::percentile(v, 0.99))},
                    {"mean_s", v.empty() ? nlohmann::json(nullptr) : nlohmann::json(sum / static_cast<double>(v.size()))}});
   }
   return out;
-}
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return kNaN;
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(pos));
-  const auto hi = std::min(v.size() - 1, lo + 1);
-  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
 }
 
 std::string format_metric(const MetricColumn& c, double value) {
@@ -384,8 +376,9 @@ nlohmann::json variant_json(const VariantResult& v, bool with_details) {
     auto x = to_json(t);
     x.erase("wall_s");
     x["compute_slowdown"] = t.compute_alone > 0 ? t.compute_actual / t.compute_alone - 1.0 : 0.0;
-    x["step_p50_s"] = jnum(percentile(t.step_latency, 0.5));
-    x["step_p99_s"] = jnum(percentile(t.step_latency, 0.99));
+    x["step_p50_s"] = jnum(common::percentile(t.step_latency, 0.5));
+    x["step_p99_s"] = jnum(common::percentile(t.step_latency, 0.99));
+    x["step_activity"] = step_activity_json(t.timeline, t.gpus.size());  // the report's timeline chart
     tl.push_back(std::move(x));
   }
   j["timelines"] = tl;
@@ -577,7 +570,8 @@ std::string results_table(const std::vector<VariantResult>& results, const std::
 void write_variant_files(const std::string& vdir, const nlohmann::json& context, const VariantResult& r) {
   const fs::path dir(vdir);
   const SimResult& t = r.timelines.front();
-  common::write_file_atomic(dir / "timeline.json", chrome_trace_json(t.timeline, t.gpus.size()), true);
+  common::write_file_atomic(dir / "timeline.json", chrome_trace_json(t.timeline, t.gpus.size(), {r.name, t.label}),
+                            true);
   common::write_file_atomic(dir / "scenario.yaml", scenario_to_yaml(r.scenario), true);
   const nlohmann::json v = {{"schema_version", kResultSchemaVersion}, {"context", context}, {"variant", variant_json(r, true)}};
   common::write_file_atomic(dir / "result.json", v.dump(2) + "\n", true);

@@ -89,7 +89,6 @@ std::vector<const MetricColumn*> table_columns();
 
 // The label the tables print for a variant's placement (its policy, or its placement file's name).
 std::string placement_label(const Scenario& s);
-double percentile(std::vector<double> values, double q);
 // Per phase of a phased workload (trace.phases), the step latencies of `r`'s measured steps that fall
 // in it: {"phase", "trace", "steps", "p50_s", "p99_s", "mean_s"} per phase, phases that recur in
 // the run counted together. Empty for other workloads.

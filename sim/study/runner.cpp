@@ -12,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "common/hash.hpp"
+#include "common/stats.hpp"
 #include "common/strings.hpp"
 #include "traces/cached_reader.hpp"
 #include "sim/engine/engine.hpp"
@@ -165,9 +166,9 @@ bool build_ahead(int processes) {
 VariantSummary summarise(const std::vector<SimResult>& timelines, WorkloadMode mode) {
   const SimResult& r = timelines.front();
   VariantSummary sum;
-  sum.p50 = percentile(r.step_latency, 0.5);
-  sum.p90 = percentile(r.step_latency, 0.9);
-  sum.p99 = percentile(r.step_latency, 0.99);
+  sum.p50 = common::percentile(r.step_latency, 0.5);
+  sum.p90 = common::percentile(r.step_latency, 0.9);
+  sum.p99 = common::percentile(r.step_latency, 0.99);
   sum.max = r.step_latency.empty() ? kNaN : *std::max_element(r.step_latency.begin(), r.step_latency.end());
   sum.mean = r.step_latency.empty() ? kNaN : r.measured_time / static_cast<double>(r.step_latency.size());
   sum.throughput = r.measured_time > 0 ? static_cast<double>(r.tokens) / r.measured_time : 0.0;
@@ -189,7 +190,7 @@ VariantSummary summarise(const std::vector<SimResult>& timelines, WorkloadMode m
   sum.compute_slowdown = r.compute_alone > 0 ? r.compute_actual / r.compute_alone - 1.0 : 0.0;
   auto of = [&](const std::string& label, bool p50) {
     for (const auto& t : timelines)
-      if (t.label == label) return p50 ? percentile(t.step_latency, 0.5) : t.measured_time;
+      if (t.label == label) return p50 ? common::percentile(t.step_latency, 0.5) : t.measured_time;
     return kNaN;
   };
   sum.sequential_p50 = of("sequential", true);

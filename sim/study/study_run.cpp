@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <ostream>
+#include <regex>
 #include <sstream>
 #include <utility>
 
@@ -258,6 +259,32 @@ std::vector<std::size_t> shard_variants(std::size_t variants, const Shard& shard
   return out;
 }
 
+std::vector<std::size_t> select_variants(const Study& study, std::vector<std::size_t> indices,
+                                         const std::vector<std::string>& patterns) {
+  if (patterns.empty()) return indices;
+  std::vector<std::regex> res;
+  for (const std::string& p : patterns) {
+    try {
+      res.emplace_back(p, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw common::UsageError("--only " + common::quoted(p, 80) + ": not a regular expression (" + e.what() +
+                               "); for example --only 'overlapped$' or --only '^eplb-'");
+    }
+  }
+  std::vector<std::size_t> out;
+  for (std::size_t i : indices)
+    if (std::any_of(res.begin(), res.end(), [&](const std::regex& r) { return std::regex_search(study.variants[i].name, r); }))
+      out.push_back(i);
+  if (out.empty()) {
+    std::vector<std::string> names;
+    for (std::size_t i : indices) names.push_back(study.variants[i].name);
+    throw common::UsageError("--only " + common::join(patterns, ", --only ") + " matches no variant" +
+                             (indices.size() < study.variants.size() ? " of this shard" : "") + " of study " +
+                             study.name + "; its variants: " + common::join(names, ", "));
+  }
+  return out;
+}
+
 std::string study_with_overrides_sha256(const Study& study, const std::vector<std::string>& overrides) {
   std::string text = "moesim study\n" + study.sha256 + "\n";
   for (const auto& o : overrides) text += "--set " + o + "\n";
@@ -404,7 +431,8 @@ class TakeBackOnFailure {
 StudyOutcome run_study(const Study& study, const StudyRunOptions& options, StudyProgress& progress) {
   const fs::path dir(options.out_dir);
   const std::string identity = study_with_overrides_sha256(study, options.overrides);
-  const auto indices = shard_variants(study.variants.size(), options.shard.value_or(Shard{}));
+  const auto indices =
+      select_variants(study, shard_variants(study.variants.size(), options.shard.value_or(Shard{})), options.only);
   const nlohmann::json state = make_state(study, options.overrides, options.shard, indices);
   if (options.resume && options.force)
     throw common::UsageError("--resume keeps the finished variants of " + dir.string() +
@@ -478,7 +506,8 @@ StudyOutcome run_study(const Study& study, const StudyRunOptions& options, Study
       }
     }
   RunOptions run_options;
-  run_options.placement_cache = (dir / "placements").string();
+  run_options.placement_cache =
+      options.shared_placements.empty() ? (dir / "placements").string() : options.shared_placements;
   run_options.dump_activities = options.dump_activities;
   for (std::size_t i : indices) {
     if (done.count(i)) continue;
@@ -487,9 +516,17 @@ StudyOutcome run_study(const Study& study, const StudyRunOptions& options, Study
     const double t0 = now_s();
     VariantResult r = run_variant(v, {}, run_options);
     if (!r.placement_file.empty()) {
+      const std::string used = r.placement_file;
+      if (!options.shared_placements.empty()) {
+        // The folder keeps a copy of what its variants ran, so that it merges and reads on its own.
+        const fs::path own = dir / "placements" / fs::path(used).filename();
+        fs::create_directories(own.parent_path(), ec);
+        common::write_file_atomic(own, common::read_file(used), true);
+        r.placement_file = own.string();
+      }
       r.placement_file = fs::path(r.placement_file).lexically_relative(dir).generic_string();
       progress.note(v.name + ": placement " + (r.placement_solved ? "solved into " : "reused from ") +
-                    (dir / r.placement_file).string());
+                    (options.shared_placements.empty() ? (dir / r.placement_file).string() : used));
     }
     const double wall = now_s() - t0;
     // Staged and installed whole: an interruption waits for the rename, so no .partial is left behind.

@@ -69,6 +69,10 @@ struct StudyRunOptions {
   std::string dump_activities;  // moesim run --dump-activities: the one variant's requested timeline
   std::vector<std::string> overrides;  // the --set options the study was loaded with
   std::optional<Shard> shard;
+  // --placements FOLDER: a placement cache shared by shards (solved there once, under a lock, and
+  // copied into DIR/placements/ for the variants that use it); "" = DIR/placements/ itself.
+  std::string shared_placements;
+  std::vector<std::string> only;  // --only: run the variants whose name matches one (select_variants)
   bool resume = false;
   bool force = false;
 };
@@ -78,6 +82,13 @@ struct StudyOutcome {
   std::string baseline;
   std::size_t ran = 0, skipped = 0;
 };
+
+// --only: of `indices`, the variants whose name matches one of `patterns` (ECMAScript regular
+// expressions searched anywhere in the name, as Google Benchmark's --benchmark_filter); all of
+// them when `patterns` is empty. UsageError for a malformed pattern, or for patterns that select
+// nothing (naming the variants there are).
+std::vector<std::size_t> select_variants(const Study& study, std::vector<std::size_t> indices,
+                                         const std::vector<std::string>& patterns);
 
 // Runs the study (or its shard) into options.out_dir under the folder rules: a non-empty folder
 // needs --resume (same study: finished variants are kept) or --force. Throws UsageError for a

@@ -26,6 +26,7 @@
 
 #include "calibrate/cluster.hpp"
 #include "calibrate/stats.hpp"
+#include "common/stats.hpp"
 #include "models/profile.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -338,7 +339,7 @@ TEST_CASE("cli calibrate cluster: 4 ranks on 2 nodes write one merged profile, b
         if (record_key(rec) == record_key(merged)) values.push_back(rec.at("time").at("median_s").get<double>());
     }
     REQUIRE(values.size() == (send_recv ? 2u : 4u));
-    const double median = moesim::calibrate::percentile(values, 0.5);
+    const double median = moesim::common::percentile(values, 0.5);
     CHECK(merged.at("time").at("median_s").get<double>() == doctest::Approx(median).epsilon(1e-12));
     if (std::fabs(median / values.front() - 1.0) > 1e-4) ++differs_from_rank0;
     ++checked;

@@ -1,6 +1,6 @@
 // `moesim place`, `place evaluate`, `place compare` and `place export` as a user runs them on the
 // shipped DeepSeek-V2-Lite trace: every policy writes a loadable file, evaluation and comparison give
-// real figures, exports have the engines' shapes, bad inputs exit 2 naming the problem.
+// real figures, exports are what the engines read, bad inputs exit 2 naming the problem.
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -131,34 +131,97 @@ TEST_CASE("cli place: --dispatch residence solves, evaluates and compares from t
   CHECK(place(dir, "exflow", {"--dispatch", "both", "--force"}).exit_code == 2);
 }
 
-TEST_CASE("cli place export: vllm, sglang and megatron") {
+TEST_CASE("cli place export: the SGLang and vllm-ascend files, the vLLM / Megatron options, the permutation") {
   TempDir dir;
   REQUIRE(place(dir, "eplb", {"--replicas", "8"}).exit_code == 0);
-  for (const std::string format : {"vllm", "sglang", "megatron"}) {
-    const std::string out = (dir / (format + ".json")).string();
-    const CliResult r =
-        run_moesim({"place", "export", "--placement", (dir / "eplb.yaml").string(), "--format", format, "-o", out});
-    CAPTURE(r.err);
-    REQUIRE(r.exit_code == 0);
-    const auto j = nlohmann::json::parse(moesim::testing::read_text(out));
-    CHECK(j["format"] == format);
-    if (format != "megatron") CHECK(j["physical_to_logical_map"][0].size() == 72);
-  }
+  const std::string eplb = (dir / "eplb.yaml").string();
+  // SGLang: only physical_to_logical_map, one row per decoder layer (27, layer 0 dense), 64 + 8 slots;
+  // the launch options name the file and the redundant experts.
+  const std::string out = (dir / "eplb-sglang.json").string();
+  CliResult r = run_moesim({"place", "export", "--placement", eplb, "--format", "sglang", "-o", out});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(moesim::testing::read_text(out));
+  CHECK(j.size() == 1);
+  REQUIRE(j["physical_to_logical_map"].size() == 27);
+  for (const auto& row : j["physical_to_logical_map"]) CHECK(row.size() == 72);
+  CHECK(contains(r.out, "--init-expert-location " + out + " --ep-num-redundant-experts 8 --tp-size 8 --ep-size 8"));
+  // vllm-ascend: its own file, one entry per MoE layer, named in --additional-config.
+  const std::string ascend = (dir / "eplb-ascend.json").string();
+  r = run_moesim({"place", "export", "--placement", eplb, "--format", "vllm-ascend", "-o", ascend});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto a = nlohmann::json::parse(moesim::testing::read_text(ascend));
+  CHECK(a["moe_layer_count"] == 26);
+  CHECK(a["layer_list"][0]["device_list"][0]["device_expert"].size() == 9);
+  CHECK(contains(r.out, "--additional-config '{\"expert_map_path\": \"" + ascend + "\"}'"));
+  // vLLM loads no map: the replicated placement is refused, pointing to SGLang; no file is written.
+  r = run_moesim({"place", "export", "--placement", eplb, "--format", "vllm"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "vLLM loads no initial expert map"));
+  CHECK(contains(r.err, "--format sglang"));
+  r = run_moesim({"place", "export", "--placement", eplb, "--format", "vllm", "-o", (dir / "v.json").string()});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "writes no file"));
+  CHECK_FALSE(std::filesystem::exists(dir / "v.json"));
+  r = run_moesim({"place", "export", "--placement", eplb, "--format", "megatron"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "one copy of every expert"));
+
+  // Contiguous: vLLM's linear layout and Megatron-Core's own.
+  const CliResult c = run_moesim({"place", "--architecture", "deepseek-v2-lite", "--cluster", "h100-sxm-8gpu",
+                                  "--policy", "contiguous", "-o", (dir / "contig.yaml").string()});
+  REQUIRE(c.exit_code == 0);
+  r = run_moesim({"place", "export", "--placement", (dir / "contig.yaml").string(), "--format", "vllm"});
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.out, "--enable-expert-parallel --expert-placement-strategy linear"));
+  r = run_moesim({"place", "export", "--placement", (dir / "contig.yaml").string(), "--format", "megatron"});
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.out, "--num-experts 64 --expert-model-parallel-size 8"));
+
+  // Round-robin on a model with expert groups: vLLM's round_robin; a shuffle: a permutation, whose
+  // order puts each rank's experts in its contiguous block.
+  r = run_moesim({"place", "export", "--placement", data("export/round_robin_grouped.yaml"), "--format", "vllm"});
+  CHECK(r.exit_code == 0);
+  CHECK(contains(r.out, "--expert-placement-strategy round_robin"));
+  r = run_moesim({"place", "export", "--placement", data("export/shuffled.yaml"), "--format", "vllm"});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "--format permutation"));
+  const std::string perm = (dir / "perm.json").string();
+  r = run_moesim(
+      {"place", "export", "--placement", data("export/shuffled.yaml"), "--format", "permutation", "-o", perm});
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto p = nlohmann::json::parse(moesim::testing::read_text(perm));
+  REQUIRE(p["layers"].size() == 3);
+  CHECK(p["layers"][0]["layer"] == 1);
+  // shuffled.yaml: rank 0 [2, 5], rank 1 [0, 7], rank 2 [3, 6], rank 3 [1, 4] (2 per rank).
+  CHECK(p["layers"][0]["order"] == nlohmann::json::array({2, 5, 0, 7, 3, 6, 1, 4}));
+
+  // SGLang needs a .json name (it parses any other value as inline JSON) and equal slots per rank.
+  r = run_moesim({"place", "export", "--placement", eplb, "--format", "sglang", "-o", (dir / "e.map").string()});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "inline JSON"));
+  r = run_moesim({"place", "export", "--placement", data("good_replicated.yaml"), "--format", "sglang", "-o",
+                  (dir / "u.json").string()});
+  CHECK(r.exit_code == 2);
+  CHECK(contains(r.err, "good_replicated.yaml: layer 1: rank 1 holds 2 experts"));
+  CHECK_FALSE(std::filesystem::exists(dir / "u.json"));
 }
 
 TEST_CASE("cli place: bad inputs exit 2 with the problem named") {
   TempDir dir;
   const std::string out = (dir / "x.json").string();
   CliResult r = run_moesim(
-      {"place", "export", "--placement", data("bad_placement_memory.yaml"), "--format", "megatron", "-o", out});
+      {"place", "export", "--placement", data("bad_placement_memory.yaml"), "--format", "permutation", "-o", out});
   CHECK(r.exit_code == 2);
   CHECK(contains(r.err, "holds 256 routed experts"));
   r = run_moesim(
-      {"place", "export", "--placement", data("bad_placement_expert_missing.yaml"), "--format", "vllm", "-o", out});
+      {"place", "export", "--placement", data("bad_placement_expert_missing.yaml"), "--format", "sglang", "-o", out});
   CHECK(r.exit_code == 2);
   CHECK(contains(r.err, "bad_placement_expert_missing.yaml"));
-  r = run_moesim(
-      {"place", "export", "--placement", data("bad_placement_rank_out_of_range.yaml"), "--format", "vllm", "-o", out});
+  r = run_moesim({"place", "export", "--placement", data("bad_placement_rank_out_of_range.yaml"), "--format", "sglang",
+                  "-o", out});
   CHECK(r.exit_code == 2);
   r = run_moesim({"place", "export", "--placement", data("good_contiguous.yaml"), "--format", "vlm", "-o", out});
   CHECK(r.exit_code == 2);

@@ -197,10 +197,6 @@ TEST_CASE("report: a real browser draws every chart of a MoE study from its data
   CHECK(marks(dom, "cdf") == variants);          // one line per variant
   CHECK(marks(dom, "steps") == variants);        // one line per variant, no rebalance to mark
   CHECK(marks(dom, "layers") == 2 * variants);   // token and all-to-all tail lines
-  int timeline_bars = 0;
-  for (const auto& r : rows)
-    for (const char* k : {"ideal", "overlapped", "sequential"}) timeline_bars += r["timelines_p50_s"][k].is_number();
-  CHECK(marks(dom, "timelines") == timeline_bars);
   CHECK(marks(dom, "pareto") == variants);
   CHECK(split_sorted(dom.charts.at("pareto").at("data-front")) == pareto_front(results));
 
@@ -222,6 +218,39 @@ TEST_CASE("report: a real browser draws every chart of a MoE study from its data
   CHECK(std::stoi(heat.at("data-rows")) == rows_expected);
   CHECK(std::stoi(heat.at("data-cols")) == ranks);
   CHECK(marks(dom, "heatmap") == rows_expected * ranks);
+
+  // The timeline chart shows the baseline: one step of each timeline that ran, every GPU's merged
+  // compute and communication intervals from its result.json.
+  const auto& tl = dom.charts.at("timelines");
+  CHECK(tl.at("data-variant") == baseline);
+  std::vector<std::string> policies;
+  int intervals = 0, gpus = 0;
+  for (const char* k : {"sequential", "overlapped", "ideal"})
+    for (const auto& t : detail["variant"]["timelines"])
+      if (t["label"] == k && t["step_activity"].is_object()) {
+        policies.push_back(k);
+        gpus = std::max(gpus, static_cast<int>(t["step_activity"]["gpus"].size()));
+        for (const auto& g : t["step_activity"]["gpus"])
+          intervals += static_cast<int>(g["compute"].size() + g["comm"].size());
+      }
+  CHECK(policies.size() == 3);
+  std::string joined;
+  for (const auto& p : policies) joined += (joined.empty() ? "" : ",") + p;
+  CHECK(tl.at("data-policies") == joined);
+  CHECK(std::stoi(tl.at("data-gpus")) == gpus);
+  CHECK(marks(dom, "timelines") == intervals);
+  // A link per variant to its trace, relative to the page's folder.
+  const auto links = tags_named(dom.text, "a");
+  int trace_links = 0;
+  for (const auto& tag : links) {
+    auto a = attributes_of(tag);
+    if (a["class"] != "trace") continue;
+    ++trace_links;
+    CHECK(a["href"] == "variants/" + a["data-variant"] + "/timeline.json");
+    CHECK(fs::exists(out / a["href"]));
+  }
+  CHECK(trace_links == variants);
+  CHECK(dom.text.find("ui.perfetto.dev") != std::string::npos);
 
   // A chart that throws shows its error and leaves the others drawn: break one variant's steps.
   std::string broken = read_text(page);

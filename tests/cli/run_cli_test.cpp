@@ -4,9 +4,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "tests/support/test_support.hpp"
 
@@ -76,6 +80,114 @@ TEST_CASE("run: a study writes the results layout and the same inputs give byte-
   CHECK(read_text(tmp / "a" / "results.csv") == read_text(tmp / "b" / "results.csv"));
   CHECK(without_run_info(tmp / "a" / "results.json").dump() == without_run_info(tmp / "b" / "results.json").dump());
   CHECK(read_text(tmp / "a" / "variants" / "auto" / "result.json") == read_text(tmp / "b" / "variants" / "auto" / "result.json"));
+}
+
+TEST_CASE("run: timeline.json names the variant and GPUs, counts power, links dispatch to combine, carries bytes") {
+  TempDir tmp;
+  const auto a = run_moesim({"run", small_study(), "-o", (tmp / "a").string(), "-q"});
+  INFO(a.err);
+  REQUIRE(a.exit_code == 0);
+  const std::string variant = "overlapped";
+  const fs::path vdir = tmp / "a" / "variants" / variant;
+  const auto trace = nlohmann::json::parse(read_text(vdir / "timeline.json"));  // valid JSON or it throws
+  const auto result = nlohmann::json::parse(read_text(vdir / "result.json"));
+  const auto& gpus = result["variant"]["timelines"][0]["gpus"];
+  const std::size_t n_gpus = gpus.size();
+  REQUIRE(n_gpus >= 2);
+  CHECK(trace["otherData"]["variant"] == variant);
+  CHECK(trace["otherData"]["timeline"] == result["variant"]["timelines"][0]["label"]);
+  CHECK(trace["otherData"]["steps_left_out"] == 0);
+
+  std::map<int, std::string> process_names;
+  std::map<int, std::vector<double>> watts;  // per GPU, in file order
+  std::map<std::uint64_t, std::vector<nlohmann::json>> flows;
+  std::vector<nlohmann::json> slices;
+  for (const auto& e : trace["traceEvents"]) {
+    const std::string ph = e["ph"];
+    if (ph == "M" && e["name"] == "process_name") process_names[e["pid"].get<int>()] = e["args"]["name"];
+    if (ph == "C") {
+      CHECK(e["name"] == "power");
+      watts[e["pid"].get<int>()].push_back(e["args"]["W"].get<double>());
+    }
+    if (ph == "s" || ph == "f") flows[e["id"].get<std::uint64_t>()].push_back(e);
+    if (ph == "X") slices.push_back(e);
+  }
+  // Metadata: every GPU a process named after the variant and the GPU.
+  REQUIRE(process_names.size() == n_gpus);
+  for (const auto& [pid, name] : process_names) {
+    CHECK(name.find(variant) != std::string::npos);
+    CHECK(name.find("GPU " + std::to_string(pid)) != std::string::npos);
+  }
+  // Power: a counter per GPU, never above the peak the run reports for the measured steps, never
+  // below zero, and changing (the GPU computes, then waits).
+  REQUIRE(watts.size() == n_gpus);
+  for (const auto& gpu_watts : watts) {
+    const int pid = gpu_watts.first;
+    const std::vector<double>& w = gpu_watts.second;
+    CAPTURE(pid);
+    REQUIRE(w.size() >= 2);
+    const double peak = gpus[static_cast<std::size_t>(pid)]["peak_power_W"].get<double>();
+    CHECK(*std::max_element(w.begin(), w.end()) <= peak * (1 + 1e-9));
+    CHECK(*std::max_element(w.begin(), w.end()) > *std::min_element(w.begin(), w.end()));
+    CHECK(*std::min_element(w.begin(), w.end()) >= 0.0);
+  }
+  // Flows: each id one start and one finish, the finish not before the start, each end at the start
+  // of a slice on its GPU and lane.
+  REQUIRE(!flows.empty());
+  auto on_a_slice = [&](const nlohmann::json& f) {
+    return std::any_of(slices.begin(), slices.end(), [&](const nlohmann::json& x) {
+      return x["pid"] == f["pid"] && x["tid"] == f["tid"] && x["ts"] == f["ts"];
+    });
+  };
+  int to_experts = 0, to_combine = 0;
+  for (const auto& flow : flows) {
+    const std::uint64_t id = flow.first;
+    const std::vector<nlohmann::json>& ends = flow.second;
+    CAPTURE(id);
+    REQUIRE(ends.size() == 2);
+    const auto& s = ends[0]["ph"] == "s" ? ends[0] : ends[1];
+    const auto& f = ends[0]["ph"] == "s" ? ends[1] : ends[0];
+    CHECK(s["ph"] == "s");
+    CHECK(f["ph"] == "f");
+    CHECK(f["bp"] == "e");
+    CHECK(s["cat"] == f["cat"]);
+    CHECK(s["pid"] == f["pid"]);
+    CHECK(f["ts"].get<double>() >= s["ts"].get<double>());
+    CHECK(on_a_slice(s));
+    CHECK(on_a_slice(f));
+    to_experts += s["name"] == "dispatch -> experts";
+    to_combine += s["name"] == "experts -> combine";
+  }
+  CHECK(to_experts > 0);
+  CHECK(to_combine > 0);
+  // Args: bytes and tokens on every slice; transfers' bytes on the communication lanes only.
+  int moved = 0, routed = 0;
+  for (const auto& x : slices) {
+    REQUIRE(x["args"].contains("bytes"));
+    REQUIRE(x["args"].contains("tokens"));
+    const double bytes = x["args"]["bytes"], tokens = x["args"]["tokens"];
+    CHECK(bytes >= 0.0);
+    CHECK(tokens >= 0.0);
+    if (x["tid"] == 0) CHECK(bytes == 0.0);
+    moved += x["cat"] == "dispatch" && bytes > 0.0;
+    routed += x["cat"] == "experts" && tokens > 0.0;
+  }
+  CHECK(moved > 0);
+  CHECK(routed > 0);
+  // Slices of one lane nest or follow each other: Perfetto draws no partly overlapping slices.
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> lanes;
+  for (const auto& x : slices) {
+    const double ts = x["ts"], dur = x["dur"];
+    lanes[{x["pid"].get<int>(), x["tid"].get<int>()}].emplace_back(ts, ts + dur);
+  }
+  for (auto& lane : lanes) {
+    auto& v = lane.second;
+    std::sort(v.begin(), v.end());
+    for (std::size_t i = 1; i < v.size(); ++i) {
+      const bool follows = v[i].first >= v[i - 1].second - 1e-6, nested = v[i].second <= v[i - 1].second + 1e-6;
+      CHECK((follows || nested));
+    }
+  }
 }
 
 TEST_CASE("run: results match the committed golden files to 1e-9") {

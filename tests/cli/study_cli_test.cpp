@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,6 +150,69 @@ TEST_CASE("study: two overlap policies over one solving policy solve the placeme
                                 "--trace", (test_data_dir() / "studies" / "tiny.trace").string()});
   INFO(eval.err);
   CHECK(eval.exit_code == 0);
+}
+
+TEST_CASE("study: the report draws one step per GPU of each timeline and links every variant's trace") {
+  TempDir tmp;
+  const fs::path out = tmp / "out";
+  const auto r = run_moesim({"study", cache_study(), "-o", out.string()});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string page = read_text(out / "report.html");
+  CHECK(page.find("<svg id=\"chart-timelines\" data-chart=\"timelines\"") != std::string::npos);
+  CHECK(page.find("ui.perfetto.dev") != std::string::npos);
+  CHECK(page.find("Open trace file") != std::string::npos);
+  for (const char* v : {"sequential", "overlapped"}) {
+    INFO(v);
+    // The link is relative to the page and names a file that is there.
+    const std::string href = std::string("variants/") + v + "/timeline.json";
+    CHECK(page.find("data-variant=\"" + std::string(v) + "\" href=\"" + href + "\"") != std::string::npos);
+    CHECK(fs::exists(out / href));
+    // Each timeline's recorded step: per GPU, sorted disjoint intervals inside the step, which is no
+    // longer than the first measured step it is.
+    const auto j = nlohmann::json::parse(read_text(out / "variants" / v / "result.json"))["variant"];
+    std::set<std::string> labels;
+    for (const auto& t : j["timelines"]) {
+      const std::string label = t["label"];
+      INFO(label);
+      labels.insert(label);
+      const auto& a = t["step_activity"];
+      REQUIRE(a.is_object());
+      const double span = a["span_s"], first = t["step_latency_s"][0];
+      CHECK(span > 0.0);
+      CHECK(span <= first * (1 + 1e-9));
+      CHECK(a["gpus"].size() == t["gpus"].size());
+      int busy = 0;
+      for (const auto& g : a["gpus"])
+        for (const char* lane : {"compute", "comm"}) {
+          double last = -1.0;
+          for (const auto& iv : g[lane]) {
+            const double b = iv[0], e = iv[1];
+            CHECK(b > last);
+            CHECK(e >= b);
+            CHECK(e <= span * (1 + 1e-9));
+            last = e;
+            ++busy;
+          }
+        }
+      CHECK(busy > 0);
+    }
+    CHECK(labels.count("sequential") == 1);
+    CHECK(labels.count("overlapped") == 1);
+    CHECK(labels.count("ideal") == 1);
+  }
+  // A page written elsewhere links back into the results folder.
+  fs::create_directories(tmp / "elsewhere");
+  const auto rep = run_moesim({"report", out.string(), "-o", (tmp / "elsewhere" / "r.html").string()});
+  INFO(rep.err);
+  REQUIRE(rep.exit_code == 0);
+  const std::string moved = read_text(tmp / "elsewhere" / "r.html");
+  const std::string open = "data-variant=\"overlapped\" href=\"";
+  const auto at = moved.find(open);
+  REQUIRE(at != std::string::npos);
+  const std::string href = moved.substr(at + open.size(), moved.find('"', at + open.size()) - at - open.size());
+  CHECK(href.starts_with("../"));
+  CHECK(fs::exists(tmp / "elsewhere" / href));
 }
 
 TEST_CASE("study: a non-empty folder is refused without --resume or --force and is left as it was") {
@@ -396,16 +460,56 @@ TEST_CASE("study: the GNU parallel one-liner of docs/study-format.md runs the sh
   if (which.exit_code != 0) FAIL("GNU parallel not found: install GNU parallel (sh tools/setup.sh --test)");
   TempDir tmp;
   const std::string cmd = "cd '" + tmp.path().string() + "' && parallel --will-cite -j2 '" + moesim_bin() +
-                          "' study '" + shards_study() + "' -o out/shard{} --shard {}/3 --quiet ::: 1 2 3 && '" +
+                          "' study '" + shards_study() +
+                          "' -o out/shard{} --placements out/placements --shard {}/3 --quiet ::: 1 2 3 && '" +
                           moesim_bin() + "' study merge out/shard* -o out/all";
   const auto r = run_program("/bin/sh", {"-c", cmd});
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK(folder_names(tmp / "out") == std::vector<std::string>{"all", "shard1", "shard2", "shard3"});
+  CHECK(folder_names(tmp / "out") == std::vector<std::string>{"all", "placements", "shard1", "shard2", "shard3"});
   CHECK(folder_names(tmp / "out" / "all" / "variants").size() == 6);
+  // Quiet shards print no partial table; the merge prints the whole one.
+  CHECK(r.out.find("contiguous-sequential") == r.out.rfind("contiguous-sequential"));
+  // Each shard holds copies of the shared placements its variants ran, and no lock is left behind.
+  std::size_t copies = 0;
+  for (const auto& e : fs::directory_iterator(tmp / "out" / "placements")) {
+    CHECK(e.path().extension() == ".yaml");
+    for (const char* shard : {"shard1", "shard2", "shard3"}) {
+      const fs::path copy = tmp / "out" / shard / "placements" / e.path().filename();
+      if (!fs::exists(copy)) continue;
+      CHECK(read_text(copy) == read_text(e.path()));
+      ++copies;
+    }
+  }
+  CHECK(copies >= 3);
   const auto whole = run_moesim({"study", shards_study(), "-o", (tmp / "whole").string(), "-q"});
   REQUIRE(whole.exit_code == 0);
   CHECK(read_text(tmp / "out" / "all" / "results.csv") == read_text(tmp / "whole" / "results.csv"));
+}
+
+TEST_CASE("study: shards sharing --placements solve each placement once, the other shard waits and reads it") {
+  TempDir tmp;
+  // Shards 2 and 3 of 3 both run a greedy variant (same key): started together, one solves it.
+  const std::string run = "'" + moesim_bin() + "' study '" + shards_study() + "' --placements '" +
+                          (tmp / "shared").string() + "' -o '" + tmp.path().string() + "/s";
+  const std::string cmd = "(" + run + "2' --shard 2/3 2> '" + tmp.path().string() + "/e2' >/dev/null & " + run +
+                          "3' --shard 3/3 2> '" + tmp.path().string() + "/e3' >/dev/null; s3=$?; wait $! && exit $s3)";
+  const auto r = run_program("/bin/sh", {"-c", cmd});
+  const std::string err = read_text(tmp / "e2") + read_text(tmp / "e3");
+  INFO(err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(count(err, "placement solved into " + (tmp / "shared").string() + "/greedy-") == 1);
+  CHECK(count(err, "placement reused from " + (tmp / "shared").string() + "/greedy-") == 1);
+  for (const auto& e : fs::directory_iterator(tmp / "shared")) CHECK(e.path().extension() == ".yaml");
+  for (const char* shard : {"s2", "s3"}) {
+    const auto result = nlohmann::json::parse(read_text(tmp / shard / "results.json"));
+    for (const auto& row : result["variants"]) {
+      if (!row["inputs"].contains("placement_file")) continue;
+      const std::string file = row["inputs"]["placement_file"];
+      CHECK(file.starts_with("placements/"));
+      CHECK(read_text(tmp / shard / file) == read_text(tmp / "shared" / fs::path(file).filename()));
+    }
+  }
 }
 
 TEST_CASE("study: tools/slurm-study.sh submits a shard array and a dependent merge (run by a stand-in sbatch)") {
@@ -420,6 +524,7 @@ while [ $# -gt 0 ]; do
     --array=*) array=${1#--array=} ;;
     --export=*) step=${1#*MOESIM_SLURM_STEP=}; step=${step%%,*} ;;
     --dependency=*) dep=${1#--dependency=} ;;
+    --kill-on-invalid-dep=*) dep="$dep kill=${1#--kill-on-invalid-dep=}" ;;
     --*) ;;
     *) break ;;
   esac
@@ -451,7 +556,8 @@ fi
   CHECK(r.out.find("job array 4242 (1-3") != std::string::npos);
   const std::string log = read_text(tmp / "sbatch.log");
   CHECK(log.find("array=1-3 step=shard dep=\n") != std::string::npos);
-  CHECK(log.find("array= step=merge dep=afterok:4242\n") != std::string::npos);
+  CHECK(log.find("array= step=merge dep=afterok:4242 kill=yes\n") != std::string::npos);
+  CHECK(fs::is_directory(tmp / "out" / "placements"));
   for (int i = 1; i <= 3; ++i) {
     const auto state = nlohmann::json::parse(read_text(tmp / "out" / ("shard-" + std::to_string(i)) / "study.json"));
     CHECK(state["shard"]["index"] == i);
@@ -461,6 +567,15 @@ fi
       run_moesim({"study", shards_study(), "-o", (tmp / "whole").string(), "-q", "--set", "base.workload.steps=2"});
   REQUIRE(whole.exit_code == 0);
   CHECK(read_text(tmp / "out" / "all" / "results.csv") == read_text(tmp / "whole" / "results.csv"));
+  // One task resubmitted alone (sbatch --array=2: SLURM_ARRAY_TASK_COUNT=1) is still shard 2 of 3.
+  const auto again = run_program(
+      "/bin/sh", {"-c", "cd '" + tmp.path().string() + "' && MOESIM_SLURM_STEP=shard SLURM_ARRAY_TASK_ID=2 " +
+                            "SLURM_ARRAY_TASK_COUNT=1 MOESIM='" + moesim_bin() + "' sh '" + script + "' '" +
+                            shards_study() + "' again 3 --set base.workload.steps=2"});
+  INFO(again.err);
+  REQUIRE(again.exit_code == 0);
+  const auto state = nlohmann::json::parse(read_text(tmp / "again" / "shard-2" / "study.json"));
+  CHECK(state["shard"] == nlohmann::json{{"index", 2}, {"count", 3}});
   // A bad N is refused before anything is submitted.
   const auto bad = run_program("/bin/sh", {"-c", "PATH='" + (tmp / "bin").string() + "':$PATH sh '" + script + "' '" +
                                                      shards_study() + "' out2 0"});

@@ -191,8 +191,66 @@ TEST_CASE("trace import cli: usage mistakes exit 2 with a hint") {
   CHECK(fs::is_empty(out.path()));
   r = run_moesim({"trace", "import", "--help"});
   CHECK(r.exit_code == 0);
-  CHECK(r.out.find("usage: moesim trace import --format esft|jsonl|npy|counts --architecture NAME INPUT -o OUT") !=
+  CHECK(r.out.find("usage: moesim trace import --format esft|jsonl|npy|counts|sglang-routed|sglang-per-token|"
+                   "sglang-stat|megatron-router-trace|vllm-eplb|trtllm-expert-statistic "
+                   "--architecture NAME INPUT -o OUT") !=
         std::string::npos);
+}
+
+// The serving-engine samples (tests/data/traces/engines/, make_engine_samples.py) as a user imports them.
+TEST_CASE("trace import cli: engine outputs import (routes or load-only), and broken ones exit 2 naming the record") {
+  TempDir out;
+  const fs::path engines = data() / "engines";
+  struct Good {
+    const char* format;
+    const char* input;
+    std::vector<std::string> extra;
+    const char* output;
+    const char* expect;  // in the report
+  };
+  const std::vector<Good> goods = {
+      {"sglang-routed", "sglang_routed.jsonl", {}, "r.mtr", "imported 14 tokens in 3 sequences"},
+      {"sglang-routed", "sglang_routed_physical.jsonl", {"--expert-map", (engines / "sglang_expert_map.json").string()},
+       "p.mtr", "imported 9 tokens in 1 sequences"},
+      {"sglang-per-token", "sglang_per_token.json", {}, "t.txt", "imported 7 tokens in 4 sequences"},
+      {"megatron-router-trace", "megatron_router_trace_rank0.jsonl", {}, "m.mtr", "imported 12 tokens in 3 sequences"},
+      {"sglang-stat", "sglang_stat.json", {}, "s.mlt", "imported 3 iterations, 22 tokens (3 to 12 per iteration)"},
+      {"vllm-eplb", "vllm_eplb_state.json", {}, "v.mlt", "imported 3 iterations, 11 tokens (2 to 5 per iteration)"},
+      {"trtllm-expert-statistic", "trtllm_expert_statistic", {}, "trt.mlt",
+       "imported 3 iterations, 10 tokens (1 to 6 per iteration)"},
+  };
+  for (const auto& g : goods) {
+    CAPTURE(g.input);
+    std::vector<std::string> args = {"trace", "import", "--format", g.format, "--architecture", tiny(),
+                                     (engines / g.input).string(), "-o", (out / g.output).string()};
+    args.insert(args.end(), g.extra.begin(), g.extra.end());
+    const CliResult r = run_moesim(args);
+    REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+    CHECK_MESSAGE(r.out.find(g.expect) != std::string::npos, r.out);
+    const CliResult stats = run_moesim({"trace", "stats", (out / g.output).string()});
+    CHECK_MESSAGE(stats.exit_code == 0, stats.err);
+  }
+  // Broken: physical slots without the map; a torch pickle; the map on a load-only format.
+  const std::string physical = (engines / "sglang_routed_physical.jsonl").string();
+  CliResult r = run_moesim({"trace", "import", "--format", "sglang-routed", "--architecture", tiny(), physical, "-o",
+                            (out / "bad.mtr").string()});
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(r.err.find(physical + ":1: meta_info.routed_experts: token 0") != std::string::npos, r.err);
+  CHECK(r.err.find("--expert-map") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "bad.mtr"));
+  const fs::path pt = out / "expert_distribution_recorder_1.pt";
+  moesim::testing::write_text(pt, std::string("\x80\x02}q\x00", 5));
+  r = run_moesim({"trace", "import", "--format", "sglang-stat", "--architecture", tiny(), pt.string(), "-o",
+                  (out / "bad.mlt").string()});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find(pt.string() + ": a Python pickle (torch.save), which moesim does not read") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "bad.mlt"));
+  r = run_moesim({"trace", "import", "--format", "sglang-stat", "--architecture", tiny(),
+                  (engines / "sglang_stat.json").string(), "-o", (out / "bad.mlt").string(), "--expert-map",
+                  (engines / "sglang_expert_map.json").string()});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--expert-map does not apply to --format sglang-stat") != std::string::npos);
+  CHECK_FALSE(fs::exists(out / "bad.mlt"));
 }
 
 TEST_CASE("trace import cli: convert goes text <-> binary byte for byte") {
@@ -230,6 +288,14 @@ TEST_CASE("trace import cli: split of the shipped trace is seeded, deterministic
   CliResult c = split("c", "8");
   REQUIRE(c.exit_code == 0);
   CHECK(read_text(out / "a-p.mtr") != read_text(out / "c-p.mtr"));
+  // Without --seed: seed 1, the default of every moesim command with a seed.
+  CliResult d = run_moesim({"trace", "split", shipped, "--profile-out", (out / "d-p.mtr").string(), "--heldout-out",
+                            (out / "d-h.txt").string(), "--fraction", "0.25"});
+  REQUIRE(d.exit_code == 0);
+  CHECK(d.out.find("seed 1)") != std::string::npos);
+  CliResult e = split("e", "1");
+  REQUIRE(e.exit_code == 0);
+  CHECK(read_text(out / "d-p.mtr") == read_text(out / "e-p.mtr"));
   // The parts read back as traces whose counts add up to the whole.
   CliResult pc = run_moesim({"trace", "convert", (out / "a-p.mtr").string(), "-o", (out / "p.txt").string()});
   CliResult hc = run_moesim({"trace", "convert", (out / "a-h.txt").string(), "-o", (out / "h.mtr").string()});

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "common/stats.hpp"
 #include "models/costs.hpp"
 #include "sim/engine/rebalance.hpp"
 #include "sim/study/results.hpp"
@@ -217,5 +218,5 @@ TEST_CASE("rebalance: on two phases whose second favours other experts, rebalanc
   const int moved = std::accumulate(moving.rebalances.begin(), moving.rebalances.end(), 0,
                                     [](int n, const sim::RebalanceEvent& e) { return n + e.experts_moved; });
   CHECK(moved > 0);
-  CHECK(sim::percentile(moving2, 0.5) < sim::percentile(fixed2, 0.5));
+  CHECK(common::percentile(moving2, 0.5) < common::percentile(fixed2, 0.5));
 }

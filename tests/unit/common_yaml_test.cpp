@@ -135,6 +135,25 @@ TEST_CASE("yaml: --set overrides replace or add values and are named in errors")
   CHECK(error_of([&] { doc.apply_override("a.b=1"); }).find("not a map") != std::string::npos);
 }
 
+TEST_CASE("yaml: --set reaches a key spelled with dots (a sweep's dimension) instead of nesting a new one") {
+  auto doc = YamlDocument::load_string("sweep:\n  overlap.policy: [a, b]\n  x.y.z: [1]\n", "s.yaml");
+  doc.apply_override("sweep.overlap.policy=[c]");
+  doc.apply_override("sweep.x.y.z=[2, 3]");
+  doc.apply_override("sweep.power_cap=[300]");
+  const auto sweep = doc.root().at("sweep");
+  CHECK(sweep.keys() == std::vector<std::string>{"overlap.policy", "x.y.z", "power_cap"});
+  REQUIRE(sweep.at("overlap.policy").items().size() == 1);
+  CHECK(sweep.at("overlap.policy").items()[0].as_string() == "c");
+  CHECK(sweep.at("x.y.z").as_int_list() == std::vector<std::int64_t>{2, 3});
+  // The dotted key is named as --set spelled it in errors.
+  CHECK(error_of([&] { sweep.at("overlap.policy").as_int(); }).starts_with("--set sweep.overlap.policy=[c]: "));
+  CHECK(error_of([&] { sweep.at("x.y.z").as_string(); }).starts_with("--set sweep.x.y.z=[2, 3]: "));
+  // A nested map is still walked where no dotted key matches.
+  auto nested = YamlDocument::load_string("a:\n  b:\n    c: 1\n", "n.yaml");
+  nested.apply_override("a.b.c=2");
+  CHECK(nested.root().at("a").at("b").at("c").as_int() == 2);
+}
+
 TEST_CASE("hash: CRC-32 and SHA-256 match their published test vectors") {
   CHECK(moesim::common::crc32("123456789", 9) == 0xCBF43926u);
   CHECK(moesim::common::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");

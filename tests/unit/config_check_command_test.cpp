@@ -93,3 +93,23 @@ TEST_CASE("config check: usage mistakes") {
   CHECK(help.code == 0);
   CHECK(help.out.rfind("usage: moesim config check [options] CONFIG...", 0) == 0);
 }
+
+TEST_CASE("config check: profiles, studies and placements, by name or path, each fully validated") {
+  const std::string study = (moesim::testing::test_data_dir() / "studies" / "good_study_shards.yaml").string();
+  const std::string placement = (moesim::testing::test_data_dir() / "placements" / "good_contiguous.yaml").string();
+  const Outcome o = check({"h100-sxm", study, placement});
+  INFO(o.error);
+  REQUIRE(o.code == 0);
+  CHECK(o.out.find("ok: profile h100-sxm (") != std::string::npos);
+  CHECK(o.out.find("GEMM table(s)") != std::string::npos);
+  CHECK(o.out.find("ok: study shards (" + study + "): 6 variants, baseline contiguous-sequential") !=
+        std::string::npos);
+  CHECK(o.out.find("ok: placement " + placement + ": contiguous for ") != std::string::npos);
+  // The profile a calibrating user writes is checked as the simulator reads it, overrides included.
+  CHECK(check({"h100-sxm", "--set", "device.sm_count=0"}).error.rfind("input: --set device.sm_count=0: ", 0) == 0);
+  // A placement is checked against its architecture; --set does not apply to it.
+  const std::string dense = (moesim::testing::test_data_dir() / "placements" /
+                             "bad_placement_dense_architecture.yaml").string();
+  CHECK(check({dense}).error.find("expected an MoE architecture") != std::string::npos);
+  CHECK(check({placement, "--set", "ep=2"}).error.rfind("usage: --set does not apply to placement files", 0) == 0);
+}

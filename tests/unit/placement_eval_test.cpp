@@ -1,6 +1,6 @@
 // Placements scored on traffic the solver did not see (the shipped DeepSeek-V2-Lite trace, split by
 // sequence: profile on one half, evaluate on the other), the stage-2 objective recomputed from a
-// placement file, exports, and bad placement files for evaluation and export.
+// placement file, and bad placement files for evaluation and export (exports: placement_export_test.cpp).
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -10,7 +10,6 @@
 #include "models/architecture.hpp"
 #include "models/cluster.hpp"
 #include "sim/placement/evaluate.hpp"
-#include "sim/placement/export.hpp"
 #include "sim/placement/placement.hpp"
 #include "sim/placement/policy.hpp"
 #include "sim/placement/routing_counts.hpp"
@@ -159,42 +158,6 @@ TEST_CASE("held-out cross-layer hops between nodes: counted token by token from 
   // Contiguous keeps experts 0..31 on the first node in every layer; MoETuner's stage 2 co-locates
   // the heavy cross-layer pairs, so fewer hops cross.
   CHECK(share["moetuner"] < share["contiguous"]);
-}
-
-TEST_CASE("export: vllm / sglang maps and megatron lists") {
-  testing::TempDir dir;
-  const sim::RoutingCounts routing = counts_of(shipped_trace());
-  const auto arch = models::load_architecture("deepseek-v2-lite");
-  const auto cluster = models::load_cluster("h100-sxm-8gpu");
-  const std::string eplb = solve("eplb", arch, cluster, 8, routing, dir / "e.yaml", 8);
-  const sim::Placement p = sim::load_placement(eplb);
-  const nlohmann::json v = sim::export_placement(p, sim::ExportFormat::kVllm, eplb);
-  const auto phy = v["physical_to_logical_map"].get<std::vector<std::vector<int>>>();
-  REQUIRE(phy.size() == 26);
-  const std::size_t slots = v["num_physical_experts"].get<std::size_t>();
-  for (std::size_t l = 0; l < phy.size(); ++l) {
-    CHECK(phy[l].size() == slots);
-    // Slot s is on rank s / (slots / ep) and holds an expert the placement puts there.
-    for (std::size_t s = 0; s < slots; ++s) {
-      const auto& holders = p.ranks[l][static_cast<std::size_t>(phy[l][s])];
-      CHECK(std::find(holders.begin(), holders.end(), static_cast<int>(s / (slots / 8))) != holders.end());
-    }
-    const auto counts = v["logical_replica_count"][l].get<std::vector<int>>();
-    CHECK(static_cast<std::size_t>(std::accumulate(counts.begin(), counts.end(), 0)) == slots);
-  }
-  const nlohmann::json sg = sim::export_placement(p, sim::ExportFormat::kSglang, eplb);
-  CHECK(sg["physical_to_logical_map"] == v["physical_to_logical_map"]);
-  CHECK(sg.contains("logical_to_all_physical_map"));
-
-  // An uneven layout has no vLLM map; the Megatron list still works.
-  sim::Placement uneven = p;
-  for (auto& layer : uneven.ranks)
-    for (auto& h : layer) h = {0};
-  uneven.ranks[0][1] = {1};
-  CHECK_THROWS_AS(sim::export_placement(uneven, sim::ExportFormat::kVllm, "u.yaml"), common::InputError);
-  const nlohmann::json m = sim::export_placement(uneven, sim::ExportFormat::kMegatron, "u.yaml");
-  CHECK(m["layers"][0]["experts_per_rank"][1] == nlohmann::json::array({1}));
-  CHECK_THROWS_AS(sim::parse_export_format("vlm"), common::UsageError);
 }
 
 TEST_CASE("bad placements for evaluation and export: memory, missing expert, rank out of range") {

@@ -156,6 +156,33 @@ TEST_CASE("trace import: the shipped trace equals a fresh import of the shared E
   CHECK(ship.meta.source == fresh.meta.source);
 }
 
+TEST_CASE("trace import: the shipped trace begins with a fresh import of the shipped raw sample") {
+  // tests/data/traces/esft-dsv2-lite-2seq: the first two lines of the raw ESFT files, byte for byte,
+  // so that this runs from a fresh clone (the whole dump is checked above where ../shared/data is).
+  const fs::path shipped = moesim::testing::source_dir() / "traces" / "data" / "deepseek-v2-lite-intent.mtr";
+  ImportReport report;
+  const MemoryTrace sample =
+      import_to_memory(ImportFormat::kEsft, samples() / "esft-dsv2-lite-2seq", dsv2_shape(), {}, &report);
+  REQUIRE(report.sequences == 2);
+  REQUIRE(report.tokens > 100);
+  const MemoryTrace ship = load_trace(shipped.string());
+  const std::size_t n = sample.tokens.size();
+  REQUIRE(ship.tokens.size() > n);
+  const std::size_t ids = sample.tokens.experts.size() / n;  // MoE layers x top-k per token
+  REQUIRE(ids == 26u * 6u);
+  CHECK(std::equal(sample.tokens.sequence.begin(), sample.tokens.sequence.end(), ship.tokens.sequence.begin()));
+  CHECK(std::equal(sample.tokens.position.begin(), sample.tokens.position.end(), ship.tokens.position.begin()));
+  CHECK(std::equal(sample.tokens.experts.begin(), sample.tokens.experts.end(), ship.tokens.experts.begin()));
+  CHECK(std::equal(sample.tokens.weights.begin(), sample.tokens.weights.end(), ship.tokens.weights.begin()));
+  // The next token of the shipped trace starts its third sequence.
+  CHECK(ship.tokens.sequence[n] != ship.tokens.sequence[n - 1]);
+  CHECK(ship.tokens.position[n] == 0);
+  // And the sample is the raw text: a token's ids in layer 1 as an independent parse reads them.
+  const auto [first_ids, first_weights] = esft_line(samples() / "esft-dsv2-lite-2seq" / "expert_weights_1.txt", 0);
+  REQUIRE(first_ids.size() >= 6);
+  for (std::size_t k = 0; k < 6; ++k) CHECK(sample.tokens.experts[k] == first_ids[k]);
+}
+
 namespace {
 
 // Records what an importer hands to its writer, to check it streams sequence by sequence.

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/base64.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
 #include "traces/sampling.hpp"
@@ -71,63 +72,10 @@ std::vector<double> correct_mutation_weights(const std::vector<std::uint16_t>& e
   return q;
 }
 
-// --- base64 of little-endian arrays, for the stored model ------------------------------------------
+// --- base64 (common/base64) of little-endian arrays, for the stored model ----------------------------
 
-constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-std::string base64_encode(const std::vector<unsigned char>& bytes) {
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  for (std::size_t i = 0; i < bytes.size(); i += 3) {
-    const std::uint32_t b0 = bytes[i];
-    const std::uint32_t b1 = i + 1 < bytes.size() ? bytes[i + 1] : 0;
-    const std::uint32_t b2 = i + 2 < bytes.size() ? bytes[i + 2] : 0;
-    const std::uint32_t v = (b0 << 16) | (b1 << 8) | b2;
-    out.push_back(kBase64[(v >> 18) & 63]);
-    out.push_back(kBase64[(v >> 12) & 63]);
-    out.push_back(i + 1 < bytes.size() ? kBase64[(v >> 6) & 63] : '=');
-    out.push_back(i + 2 < bytes.size() ? kBase64[v & 63] : '=');
-  }
-  return out;
-}
-
-// nullopt-free: throws InputError with `where` on a malformed string.
-std::vector<unsigned char> base64_decode(const std::string& text, const std::string& where) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  if (text.size() % 4 != 0)
-    throw common::InputError(where + ": expected base64 text (a multiple of 4 characters), got " +
-                             std::to_string(text.size()) + " characters");
-  std::vector<unsigned char> out;
-  out.reserve(text.size() / 4 * 3);
-  for (std::size_t i = 0; i < text.size(); i += 4) {
-    int v[4];
-    int pad = 0;
-    for (int j = 0; j < 4; ++j) {
-      const char c = text[i + static_cast<std::size_t>(j)];
-      if (c == '=' && i + 4 == text.size() && j >= 2) {
-        v[j] = 0;
-        ++pad;
-        continue;
-      }
-      v[j] = value(c);
-      if (v[j] < 0 || pad > 0)
-        throw common::InputError(where + ": expected base64 text, found a bad character at offset " +
-                                 std::to_string(i + static_cast<std::size_t>(j)));
-    }
-    const auto bits = static_cast<std::uint32_t>((v[0] << 18) | (v[1] << 12) | (v[2] << 6) | v[3]);
-    out.push_back(static_cast<unsigned char>(bits >> 16));
-    if (pad < 2) out.push_back(static_cast<unsigned char>((bits >> 8) & 0xFF));
-    if (pad < 1) out.push_back(static_cast<unsigned char>(bits & 0xFF));
-  }
-  return out;
-}
+using common::base64_decode;
+using common::base64_encode;
 
 std::string encode_u16(const std::vector<std::uint16_t>& values) {
   std::vector<unsigned char> bytes(values.size() * 2);

@@ -86,44 +86,6 @@ std::vector<std::size_t> layer_axis(const TraceShape& shape, std::size_t axis_si
                            "); pass the architecture the routing was recorded on");
 }
 
-std::vector<unsigned char> base64_decode(std::string_view text, const std::string& where) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  if (text.size() % 4 != 0)
-    throw common::InputError(where + ": expected base64 text (a multiple of 4 characters), got " +
-                             std::to_string(text.size()) + " characters");
-  std::vector<unsigned char> out;
-  out.reserve(text.size() / 4 * 3);
-  for (std::size_t i = 0; i < text.size(); i += 4) {
-    int v[4];
-    int pad = 0;
-    for (int j = 0; j < 4; ++j) {
-      const char c = text[i + static_cast<std::size_t>(j)];
-      if (c == '=' && i + 4 == text.size() && j >= 2) {
-        v[j] = 0;
-        ++pad;
-        continue;
-      }
-      v[j] = value(c);
-      if (v[j] < 0 || pad > 0)
-        throw common::InputError(where + ": expected base64 text, found a bad character at offset " +
-                                 std::to_string(i + static_cast<std::size_t>(j)));
-    }
-    const unsigned n = (static_cast<unsigned>(v[0]) << 18) | (static_cast<unsigned>(v[1]) << 12) |
-                       (static_cast<unsigned>(v[2]) << 6) | static_cast<unsigned>(v[3]);
-    out.push_back(static_cast<unsigned char>(n >> 16));
-    if (pad < 2) out.push_back(static_cast<unsigned char>((n >> 8) & 0xff));
-    if (pad < 1) out.push_back(static_cast<unsigned char>(n & 0xff));
-  }
-  return out;
-}
-
 ExpertMap::ExpertMap(const nlohmann::json& doc, int num_experts, const std::string& where) {
   if (!doc.is_array() || doc.empty())
     throw common::InputError(where + ": expected the physical -> logical expert map as a non-empty array (one row "

@@ -39,9 +39,6 @@ std::optional<float> parse_weight(std::string_view text, std::string& why);
 std::vector<std::size_t> layer_axis(const TraceShape& shape, std::size_t axis_size, int decoder_layers,
                                     const std::string& where);
 
-// Standard base64 (RFC 4648, '=' padding) to bytes; InputError naming `where` and the offset.
-std::vector<unsigned char> base64_decode(std::string_view text, const std::string& where);
-
 // Physical expert slot -> logical expert, per entry of a layer axis (redundant experts of expert-parallel
 // load balancing occupy extra slots). Empty: the ids are logical already.
 class ExpertMap {

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base64.hpp"
 #include "common/error.hpp"
 #include "common/files.hpp"
 #include "common/strings.hpp"
@@ -154,7 +155,7 @@ class RoutedImporter {
     std::size_t axis = 0;
     std::size_t tokens = 0;
     if (re.is_string()) {
-      const auto bytes = detail::base64_decode(re.get_ref<const std::string&>(), at);
+      const auto bytes = common::base64_decode(re.get_ref<const std::string&>(), at);
       if (bytes.size() % 4 != 0)
         throw common::InputError(at + ": " + std::to_string(bytes.size()) +
                                  " bytes, not a whole number of int32 values");

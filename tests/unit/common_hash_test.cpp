@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "common/base64.hpp"
 #include "common/error.hpp"
 #include "common/hash.hpp"
 #include "tests/support/test_support.hpp"
@@ -203,4 +205,41 @@ TEST_CASE("hash: the binary reader's block CRC, taken field by field, catches a 
       CHECK(moesim::testing::error_of([&] { reader->next(block, 1u << 20); }) == msg);
     }
   }
+}
+
+// Base64 (common/base64, libcrypto): RFC 4648's test vectors both ways, random round trips of every
+// padding length, and the strict decoder's refusals with the offset of the first bad character.
+TEST_CASE("base64: RFC 4648 vectors, round trips, strict refusals") {
+  using moesim::common::base64_decode;
+  using moesim::common::base64_encode;
+  const std::vector<std::pair<std::string, std::string>> vectors = {
+      {"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
+      {"foobar", "Zm9vYmFy"}};
+  for (const auto& [plain, coded] : vectors) {
+    CAPTURE(plain);
+    const std::vector<unsigned char> bytes(plain.begin(), plain.end());
+    CHECK(base64_encode(bytes) == coded);
+    CHECK(base64_decode(coded, "t") == bytes);
+  }
+  std::mt19937 rng(5);
+  for (std::size_t n = 0; n < 40; ++n) {
+    std::vector<unsigned char> bytes(n);
+    for (auto& b : bytes) b = static_cast<unsigned char>(rng() & 0xFF);
+    CHECK(base64_decode(base64_encode(bytes), "t") == bytes);
+  }
+  auto error_of = [](const std::string& text) {
+    try {
+      base64_decode(text, "dump.jsonl:3: routed_experts");
+    } catch (const moesim::common::InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error_of("Zm9") == "dump.jsonl:3: routed_experts: expected base64 text (a multiple of 4 characters), got 3 "
+                           "characters");
+  CHECK(error_of("Zm9v Zg=") == "dump.jsonl:3: routed_experts: expected base64 text, found a bad character at offset 4");
+  CHECK(error_of("Zg==Zm9v").find("at offset 2") != std::string::npos);  // padding only at the end
+  CHECK(error_of("Z===").find("at offset 1") != std::string::npos);      // at most two '='
+  CHECK(error_of("Zm=v").find("at offset 2") != std::string::npos);
+  CHECK(error_of("Zm9-").find("at offset 3") != std::string::npos);      // the URL alphabet is not accepted
 }

@@ -26,7 +26,7 @@ struct SyntheticParams {
   TraceShape shape;
   std::uint64_t tokens = 0;
   std::uint64_t seed = 1;             // the sampling of tokens only
-  std::uint64_t popularity_seed = 0;  // the experts' popularity ranking and the calibration
+  std::uint64_t popularity_seed = 1;  // the experts' popularity ranking and the calibration
   // Per MoE layer (the shape's order), every expert's target share, summing to 1; replaces the Zipf
   // law and the seeded ranking (experts rank by share, ties by id). Empty: Zipf.
   std::vector<std::vector<double>> layer_shares;

@@ -33,8 +33,10 @@ struct Command {
 };
 
 // Parses `args` against `options` (plus a built-in --help) and positionals. Returns nullopt after
-// printing help when --help was given. `usage` is the first line of the help ("moesim trace stats
-// [options] TRACE").
+// printing help when --help was given. `usage` is the synopsis ("moesim trace stats [options] TRACE"),
+// several forms separated by '\n' where a command has several ("moesim trace import"). These calls are
+// the one declaration of a command's interface: `--help`, `moesim help --markdown` (docs/cli.md) and
+// `moesim help --synopsis` (the README's synopsis blocks, checked by a test) all print from them.
 std::optional<po::variables_map> parse_options(const Args& args, const po::options_description& options,
                                                const po::positional_options_description& positionals,
                                                const std::string& usage, const std::string& description,
@@ -57,6 +59,11 @@ void register_place_commands(std::vector<Command>& commands);         // place, 
 void register_study_commands(std::vector<Command>& commands);         // study, study merge
 void register_report_commands(std::vector<Command>& commands);        // report
 void register_collective_commands(std::vector<Command>& commands);    // collective
+
+// The reference of every command, generated from each command's own --help: Markdown (docs/cli.md)
+// or the synopsis lines alone, one usage form per line.
+std::string markdown_reference(const std::vector<Command>& commands);
+std::string synopsis_lines(const std::vector<Command>& commands);
 
 // Runs the command line (argv without the program name); the whole CLI, for main() and tests.
 int run_cli(const Args& argv, Context& ctx);

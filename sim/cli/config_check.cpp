@@ -116,10 +116,12 @@ int run_config_check(const Args& args, Context& ctx) {
       "config", po::value(&configs)->required(), "a config name (mixtral-8x7b, h100-sxm) or path (./my.yaml); repeatable");
   po::positional_options_description positionals;
   positionals.add("config", -1);
-  const auto vm = parse_options(args, options, positionals, "moesim config check [options] CONFIG...",
-                                "Loads and validates architecture, cluster, profile, study and placement files, with "
-                                "--set overrides, and prints a summary of each.\nExit code 0 when all are valid, 2 at the first error "
-                                "(reported as file:line:col: key.path: ...).",
+  const auto vm = parse_options(args, options, positionals,
+                                "moesim config check [--kind architecture|cluster|profile|study|placement] "
+                                "[--set key.path=value ...] CONFIG...",
+                                "Loads and validates architecture, cluster, profile, study and placement files, with\n"
+                                "--set overrides, and prints a summary of each. Exit code 0 when all are valid, 2 at\n"
+                                "the first error (reported as file:line:col: key.path: ...).",
                                 ctx);
   if (!vm) return common::kExitOk;
   check_option_lengths("--set", overrides);

@@ -68,7 +68,7 @@ int study_command(const Args& args, Context& ctx) {
   pos.add("study", 1);
   auto vm = parse_options(args, opts, pos,
                           "moesim study STUDY.yaml -o DIR [--set key.path=value ...] [--cfg name:value ...] [--check] [--resume] [--force]"
-                          " [--only PATTERN] [--shard i/N] [--placements FOLDER] [--quiet]\n       moesim study merge DIR... -o OUT [--force]",
+                          " [--only PATTERN] [--shard i/N] [--placements FOLDER] [--quiet]",
                           "Runs a study like moesim run (same output layout), with a progress line, placements solved\n"
                           "once per distinct input into DIR/placements/, --resume after an interruption, and --shard\n"
                           "to split the variants over processes or machines; moesim study merge joins the shards.\n"

@@ -131,9 +131,15 @@ int run_import(const Args& args, Context& ctx) {
   po::positional_options_description pos;
   pos.add("input", 1);
   const std::string usage =
-      "moesim trace import --format esft|jsonl|npy|counts|sglang-routed|sglang-per-token|sglang-stat|"
-      "megatron-router-trace|vllm-eplb|trtllm-expert-statistic "
-      "--architecture NAME INPUT -o OUT [--strict] [--expert-map MAP.json] [--force]";
+      "moesim trace import --format esft|jsonl|npy --architecture NAME INPUT -o OUT.mtr [--encoding text|binary] "
+      "[--strict] [--sequence-length N | --sequence-lengths L.npy] [--force]\n"
+      "moesim trace import --format sglang-routed|sglang-per-token --architecture NAME DUMP [--expert-map MAP.json] "
+      "-o OUT.mtr [--encoding text|binary] [--force]\n"
+      "moesim trace import --format megatron-router-trace --architecture NAME DUMP -o OUT.mtr "
+      "[--encoding text|binary] [--force]\n"
+      "moesim trace import --format counts|sglang-stat --architecture NAME INPUT -o OUT.mlt [--force]\n"
+      "moesim trace import --format vllm-eplb|trtllm-expert-statistic --architecture NAME DUMP "
+      "[--expert-map MAP.json] -o OUT.mlt [--force]";
   auto vm = parse_options(args, all, pos, usage,
                           "Converts routing recorded by other tools into a moesim trace. INPUT is a folder of\n"
                           "expert_weights_N.txt files (esft), a JSON-lines file (jsonl) or a .npy array (npy);\n"

@@ -193,7 +193,7 @@ int run_generate(const Args& args, Context& ctx) {
       "expert-counts", po::value<std::string>(),
       "per-layer expert shares from a count file (OLMoE format: {\"layer0\": {\"0\": n, ...}, ...}) instead of Zipf")(
       "popularity-seed", po::value<std::string>(),
-      "seed of the experts' popularity ranking, independent of --seed (default 0)")(
+      "seed of the experts' popularity ranking, independent of --seed (default 1)")(
       "hot-experts", po::value<int>(), "number of hot experts per layer (with --hot-share)")(
       "hot-share", po::value<double>(), "share of all assignments the hot experts receive, in (0, 1)")(
       "affinity", po::value<double>(), "cross-layer affinity, 0 (layers independent) .. 1 (default 0.5)")(
@@ -213,8 +213,11 @@ int run_generate(const Args& args, Context& ctx) {
   po::options_description all;
   all.add(what).add(common_opts).add(synth).add(fit);
   const std::string usage =
-      "moesim trace generate (--architecture NAME [--expert-counts C.json] [synthetic options] "
-      "| --fit SOURCE_TRACE [--save-model M.json] | --model M.json) --tokens N [--seed 1] -o OUT [--force]";
+      "moesim trace generate --architecture NAME --tokens N [--seed 1] [--popularity-seed 1] "
+      "[--zipf 1.0 | --expert-counts COUNTS.json] [--affinity 0.5] [--drift D] [synthetic options] -o OUT [--force]\n"
+      "moesim trace generate --fit SOURCE_TRACE --tokens N [--seed 1] [--drift D] [--shift K] [--save-model M.json] "
+      "-o OUT [--force]\n"
+      "moesim trace generate --model M.json --tokens N [--seed 1] [--drift D] [--shift K] -o OUT [--force]";
   auto vm = parse_options(
       args, all, po::positional_options_description(), usage,
       "Writes a routing trace. --architecture: a synthetic trace with tunable popularity (Zipf or given\n"

@@ -191,10 +191,20 @@ TEST_CASE("trace import cli: usage mistakes exit 2 with a hint") {
   CHECK(fs::is_empty(out.path()));
   r = run_moesim({"trace", "import", "--help"});
   CHECK(r.exit_code == 0);
-  CHECK(r.out.find("usage: moesim trace import --format esft|jsonl|npy|counts|sglang-routed|sglang-per-token|"
-                   "sglang-stat|megatron-router-trace|vllm-eplb|trtllm-expert-statistic "
-                   "--architecture NAME INPUT -o OUT") !=
+  // One usage form per kind of input, each naming only the options that apply to it.
+  CHECK(r.out.rfind("usage: moesim trace import --format esft|jsonl|npy --architecture NAME INPUT -o OUT.mtr", 0) == 0);
+  CHECK(r.out.find("\n   or: moesim trace import --format sglang-routed|sglang-per-token --architecture NAME DUMP "
+                   "[--expert-map MAP.json] -o OUT.mtr") != std::string::npos);
+  CHECK(r.out.find("\n   or: moesim trace import --format megatron-router-trace --architecture NAME DUMP -o OUT.mtr") !=
         std::string::npos);
+  CHECK(r.out.find("\n   or: moesim trace import --format counts|sglang-stat --architecture NAME INPUT -o OUT.mlt") !=
+        std::string::npos);
+  CHECK(r.out.find("\n   or: moesim trace import --format vllm-eplb|trtllm-expert-statistic --architecture NAME DUMP "
+                   "[--expert-map MAP.json] -o OUT.mlt") != std::string::npos);
+  // A command with several forms does not quote one of them in an error: it points to its --help.
+  r = run_moesim({"trace", "import", "--format", "npy"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("see moesim trace import --help for its usage") != std::string::npos);
 }
 
 // The serving-engine samples (tests/data/traces/engines/, make_engine_samples.py) as a user imports them.

@@ -91,7 +91,8 @@ TEST_CASE("config check: usage mistakes") {
   CHECK(check({}).error.rfind("usage: ", 0) == 0);
   const Outcome help = check({"--help"});
   CHECK(help.code == 0);
-  CHECK(help.out.rfind("usage: moesim config check [options] CONFIG...", 0) == 0);
+  CHECK(help.out.rfind("usage: moesim config check [--kind architecture|cluster|profile|study|placement] "
+                        "[--set key.path=value ...] CONFIG...", 0) == 0);
 }
 
 TEST_CASE("config check: profiles, studies and placements, by name or path, each fully validated") {

@@ -987,7 +987,7 @@ int device_count() {
 }  // namespace
 }  // namespace cuda
 
-// What this binary needs on the GPU machine, printed by --version and --help and kept in every profile:
+// What this binary needs on the GPU machine, printed by --version, --help, the raw JSON and a run's header:
 // the toolkit it was built with (the statically linked runtime's version sets the oldest driver: CUDA
 // 12.x runs on drivers >= 525 through minor-version compatibility, 13.x needs >= 580, per NVIDIA's
 // "CUDA Minor Version Compatibility" table), the GPU architectures compiled in, and the glibc of the

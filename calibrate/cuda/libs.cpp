@@ -89,9 +89,10 @@ namespace {
 // so that a CUDA 12 build still runs where only CUDA 13's cuBLASLt is installed (PyTorch cu13 wheels)
 // and the other way round. Mixing is safe for what this tool calls: every entry point it loads and
 // every enum value it passes (CUDA_R_*, CUBLAS_COMPUTE_32F*, CUBLASLT_MATMUL_DESC_TRANSA/B,
-// CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) and the algo/heuristic structs are the same in the
-// 11.8, 12.x and 13.0 headers; the library found and its version are recorded in every profile and
-// raw file (cublaslt, cublaslt_path), so a mixed run is visible. A cuBLASLt newer than the driver
+// CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) and the algo/heuristic structs have the same values and
+// sizes in the 11.8 and 13.0 headers (compared by a probe built against both; 12.x lies between and
+// was not at hand). The version loaded is in every profile (device extra: cublaslt) and the raw JSON
+// also has its path (cublaslt_path), so a mixed run is visible. A cuBLASLt newer than the driver
 // fails at its first call with cuBLAS's own message.
 std::vector<std::string> cublaslt_candidates() {
   std::vector<int> majors = {CUBLAS_VER_MAJOR};

@@ -965,12 +965,20 @@ void CudaDevice::set_sm_clock_limit(double hertz) {
 
 namespace {
 
+// The oldest driver the statically linked runtime accepts: NVIDIA's minor-version compatibility
+// table gives >= 525 for every CUDA 12.x and >= 580 for 13.x.
+std::string min_driver() {
+  constexpr int major = CUDART_VERSION / 1000;
+  return major >= 13 ? ">= 580" : major == 12 ? ">= 525" : "the toolkit's own minimum";
+}
+
 // The no-GPU cases: the runtime's own words plus what they mean here.
 [[noreturn]] void no_gpu(cudaError_t e) {
   std::string why = cudaGetErrorString(e);
   if (e == cudaErrorInsufficientDriver)
     why += " (no NVIDIA driver, or one older than this CUDA " + std::to_string(CUDART_VERSION / 1000) + "." +
-           std::to_string(CUDART_VERSION % 1000 / 10) + " runtime needs)";
+           std::to_string(CUDART_VERSION % 1000 / 10) + " runtime needs: " + min_driver() +
+           "; or rebuild with the cluster's CUDA 12 toolkit, docs/calibration.md)";
   else if (e == cudaErrorNoDevice)
     why += " (the driver sees no GPU)";
   throw NoGpuError(why + "; nothing was measured and no file was written");
@@ -988,18 +996,14 @@ int device_count() {
 }  // namespace cuda
 
 // What this binary needs on the GPU machine, printed by --version, --help, the raw JSON and a run's header:
-// the toolkit it was built with (the statically linked runtime's version sets the oldest driver: CUDA
-// 12.x runs on drivers >= 525 through minor-version compatibility, 13.x needs >= 580, per NVIDIA's
-// "CUDA Minor Version Compatibility" table), the GPU architectures compiled in, and the glibc of the
-// build host (the oldest glibc it runs with).
+// the toolkit it was built with (the statically linked runtime's version sets the oldest driver), the
+// GPU architectures compiled in, and the glibc of the build host (the oldest glibc it runs with).
 std::string build_description() {
-  constexpr int major = CUDART_VERSION / 1000;
-  const std::string min_driver = major >= 13 ? "580" : major == 12 ? "525" : "the toolkit's own";
-  return "CUDA " + std::to_string(major) + "." + std::to_string(CUDART_VERSION % 1000 / 10) + " (nvcc " +
-         std::to_string(__CUDACC_VER_MAJOR__) + "." + std::to_string(__CUDACC_VER_MINOR__) + "." +
+  return "CUDA " + std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) +
+         " (nvcc " + std::to_string(__CUDACC_VER_MAJOR__) + "." + std::to_string(__CUDACC_VER_MINOR__) + "." +
          std::to_string(__CUDACC_VER_BUILD__) + ", architectures " + MOESIM_CUDA_ARCHS + ", glibc " +
-         std::to_string(__GLIBC__) + "." + std::to_string(__GLIBC_MINOR__) + "; needs an NVIDIA driver >= " +
-         min_driver + "; runtime linked statically; cuBLASLt " + std::to_string(CUBLAS_VER_MAJOR) +
+         std::to_string(__GLIBC__) + "." + std::to_string(__GLIBC_MINOR__) + "; needs an NVIDIA driver " +
+         cuda::min_driver() + "; runtime linked statically; cuBLASLt " + std::to_string(CUBLAS_VER_MAJOR) +
          " (or another major), NCCL and NVML loaded at run time)";
 }
 

@@ -34,6 +34,10 @@ std::string version_text(int v, int major_div, int minor_div) {
   return std::to_string(v / major_div) + "." + std::to_string((v % major_div) / minor_div);
 }
 
+// NCCL's headers do not come with every CUDA 12 toolkit (the build may take them from a separate NCCL
+// or PyTorch's nvidia-nccl wheel): ncclConfig_t's maxCTAs, used below, needs 2.17 or later.
+static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 17, 0), "nccl.h 2.17 or later is needed (ncclConfig_t maxCTAs)");
+
 struct DtypeInfo {
   cudaDataType_t ab;
   cudaDataType_t cd;
@@ -961,12 +965,20 @@ void CudaDevice::set_sm_clock_limit(double hertz) {
 
 namespace {
 
+// The oldest driver the statically linked runtime accepts: NVIDIA's minor-version compatibility
+// table gives >= 525 for every CUDA 12.x and >= 580 for 13.x.
+std::string min_driver() {
+  constexpr int major = CUDART_VERSION / 1000;
+  return major >= 13 ? ">= 580" : major == 12 ? ">= 525" : "the toolkit's own minimum";
+}
+
 // The no-GPU cases: the runtime's own words plus what they mean here.
 [[noreturn]] void no_gpu(cudaError_t e) {
   std::string why = cudaGetErrorString(e);
   if (e == cudaErrorInsufficientDriver)
     why += " (no NVIDIA driver, or one older than this CUDA " + std::to_string(CUDART_VERSION / 1000) + "." +
-           std::to_string(CUDART_VERSION % 1000 / 10) + " runtime needs)";
+           std::to_string(CUDART_VERSION % 1000 / 10) + " runtime needs: " + min_driver() +
+           "; or rebuild with the cluster's CUDA 12 toolkit, docs/calibration.md)";
   else if (e == cudaErrorNoDevice)
     why += " (the driver sees no GPU)";
   throw NoGpuError(why + "; nothing was measured and no file was written");
@@ -983,9 +995,16 @@ int device_count() {
 }  // namespace
 }  // namespace cuda
 
+// What this binary needs on the GPU machine, printed by --version, --help, the raw JSON and a run's header:
+// the toolkit it was built with (the statically linked runtime's version sets the oldest driver), the
+// GPU architectures compiled in, and the glibc of the build host (the oldest glibc it runs with).
 std::string build_description() {
   return "CUDA " + std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10) +
-         " (runtime linked statically; cuBLASLt, NCCL and NVML loaded at run time)";
+         " (nvcc " + std::to_string(__CUDACC_VER_MAJOR__) + "." + std::to_string(__CUDACC_VER_MINOR__) + "." +
+         std::to_string(__CUDACC_VER_BUILD__) + ", architectures " + MOESIM_CUDA_ARCHS + ", glibc " +
+         std::to_string(__GLIBC__) + "." + std::to_string(__GLIBC_MINOR__) + "; needs an NVIDIA driver " +
+         cuda::min_driver() + "; runtime linked statically; cuBLASLt " + std::to_string(CUBLAS_VER_MAJOR) +
+         " (or another major), NCCL and NVML loaded at run time)";
 }
 
 std::vector<std::string> list_devices() {

@@ -44,8 +44,8 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
 
 }  // namespace
 
-Library::Library(const std::string& what, const std::string& env_var, const std::vector<std::string>& sonames,
-                 const std::vector<std::string>& globs, bool required)
+Library::Library(const std::string& what, const std::string& env_var, const std::vector<std::string>& candidates,
+                 bool required)
     : what_(what) {
   std::vector<std::string> tried;
   auto attempt = [&](const std::string& p) {
@@ -55,11 +55,16 @@ Library::Library(const std::string& what, const std::string& env_var, const std:
     return handle_ != nullptr;
   };
   if (const char* v = std::getenv(env_var.c_str()); v && *v && attempt(v)) return;
-  for (const std::string& s : sonames)
-    if (attempt(s)) return;
-  for (const std::string& g : globs)
-    for (const std::string& p : expand(g))
+  // In order: a bare soname goes through the loader's search (LD_LIBRARY_PATH, ld.so.cache); a path
+  // with a wildcard is expanded, each match tried; a plain path is tried as is.
+  for (const std::string& c : candidates) {
+    if (c.find_first_of("*?[") == std::string::npos) {
+      if (attempt(c)) return;
+      continue;
+    }
+    for (const std::string& p : expand(c))
       if (attempt(p)) return;
+  }
   failure_ = what + " not found (set " + env_var + " to its path); tried: ";
   for (std::size_t i = 0; i < tried.size() && i < 12; ++i) failure_ += (i ? ", " : "") + tried[i];
   if (required) throw common::RunError(failure_);
@@ -77,12 +82,38 @@ void* Library::symbol(const char* name) const {
 
 #define MOESIM_LOAD(name) name = reinterpret_cast<decltype(name)>(lib.symbol(#name))
 
-CublasLt::CublasLt()
-    : lib("cuBLASLt", "MOESIM_CUBLASLT_LIBRARY",
-          {"libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR), "/usr/local/cuda/lib64/libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR)},
-          with(wheel_globs("nvidia/cu" + std::to_string(CUBLAS_VER_MAJOR) + "/lib/libcublasLt.so.*"),
-               wheel_globs("nvidia/cublas/lib/libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR))),
-          true) {
+namespace {
+
+// cuBLASLt's soname carries the toolkit's major version (libcublasLt.so.12, .so.13). The major this
+// file was compiled against comes first; then the other supported majors (12 and 13), newest first,
+// so that a CUDA 12 build still runs where only CUDA 13's cuBLASLt is installed (PyTorch cu13 wheels)
+// and the other way round. Mixing is safe for what this tool calls: every entry point it loads and
+// every enum value it passes (CUDA_R_*, CUBLAS_COMPUTE_32F*, CUBLASLT_MATMUL_DESC_TRANSA/B,
+// CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) and the algo/heuristic structs have the same values and
+// sizes in the 11.8 and 13.0 headers (compared by a probe built against both; 12.x lies between and
+// was not at hand). The version loaded is in every profile (device extra: cublaslt) and the raw JSON
+// also has its path (cublaslt_path), so a mixed run is visible. A cuBLASLt newer than the driver
+// fails at its first call with cuBLAS's own message.
+std::vector<std::string> cublaslt_candidates() {
+  std::vector<int> majors = {CUBLAS_VER_MAJOR};
+  for (int m : {13, 12})
+    if (m != CUBLAS_VER_MAJOR) majors.push_back(m);
+  std::vector<std::string> out;
+  for (int m : majors) {
+    const std::string so = "libcublasLt.so." + std::to_string(m);
+    out.push_back(so);
+    out.push_back("/usr/local/cuda/lib64/" + so);
+    out.push_back("/usr/local/cuda-" + std::to_string(m) + "*/lib64/" + so);
+    // PyTorch's wheels: nvidia-cublas-cu12 puts it in nvidia/cublas/lib, CUDA 13's in nvidia/cu13/lib.
+    out = with(out, wheel_globs("nvidia/cu" + std::to_string(m) + "/lib/" + so));
+    out = with(out, wheel_globs("nvidia/cublas/lib/" + so));
+  }
+  return out;
+}
+
+}  // namespace
+
+CublasLt::CublasLt() : lib("cuBLASLt", "MOESIM_CUBLASLT_LIBRARY", cublaslt_candidates(), true) {
   MOESIM_LOAD(cublasLtCreate);
   MOESIM_LOAD(cublasLtDestroy);
   MOESIM_LOAD(cublasLtGetVersion);
@@ -100,8 +131,11 @@ CublasLt::CublasLt()
 }
 
 Nccl::Nccl(bool required)
-    : lib("NCCL", "MOESIM_NCCL_LIBRARY", {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2"},
-          with(wheel_globs("nvidia/nccl/lib/libnccl.so.2"), wheel_globs("nvidia/cu*/lib/libnccl.so.2")), required) {
+    : lib("NCCL", "MOESIM_NCCL_LIBRARY",
+          with(with({"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2"},
+                    wheel_globs("nvidia/nccl/lib/libnccl.so.2")),
+               wheel_globs("nvidia/cu*/lib/libnccl.so.2")),
+          required) {
   if (!lib.loaded()) return;
   MOESIM_LOAD(ncclGetVersion);
   MOESIM_LOAD(ncclGetUniqueId);
@@ -119,7 +153,10 @@ Nccl::Nccl(bool required)
   MOESIM_LOAD(ncclRecv);
 }
 
-Nvml::Nvml() : lib("NVML", "MOESIM_NVML_LIBRARY", {"libnvidia-ml.so.1"}, {"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1"}, false) {
+// NVML comes with the driver, not the toolkit: its soname (.so.1) is the same under CUDA 12 and 13 drivers.
+Nvml::Nvml()
+    : lib("NVML", "MOESIM_NVML_LIBRARY",
+          {"libnvidia-ml.so.1", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1"}, false) {
   if (!lib.loaded()) return;
   MOESIM_LOAD(nvmlInit_v2);
   MOESIM_LOAD(nvmlShutdown);

@@ -16,9 +16,10 @@ namespace moesim::calibrate::cuda {
 class Library {
  public:
   Library() = default;
-  // Tries $env_var (a path) first, then each soname through the loader's search, then each glob.
-  Library(const std::string& what, const std::string& env_var, const std::vector<std::string>& sonames,
-          const std::vector<std::string>& globs, bool required);
+  // Tries $env_var (a path) first, then each candidate in order: a soname through the loader's search,
+  // a path, or a path with wildcards (each match).
+  Library(const std::string& what, const std::string& env_var, const std::vector<std::string>& candidates,
+          bool required);
   Library(const Library&) = delete;
   Library& operator=(const Library&) = delete;
   ~Library();

@@ -215,7 +215,9 @@ TEST_CASE("base64: RFC 4648 vectors, round trips, strict refusals") {
   const std::vector<std::pair<std::string, std::string>> vectors = {
       {"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
       {"foobar", "Zm9vYmFy"}};
-  for (const auto& [plain, coded] : vectors) {
+  for (const auto& vector : vectors) {
+    const std::string& plain = vector.first;  // not a structured binding: CAPTURE's lambda takes it
+    const std::string& coded = vector.second;
     CAPTURE(plain);
     const std::vector<unsigned char> bytes(plain.begin(), plain.end());
     CHECK(base64_encode(bytes) == coded);

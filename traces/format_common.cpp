@@ -258,7 +258,7 @@ namespace {
 // Appends `value`'s compact JSON text (as dump() writes it) to `out`, stopping once `out` holds more than
 // `limit` characters: what is written is then a prefix of dump() longer than `limit`. Every level of
 // nesting adds a bracket first, so the recursion is at most `limit` deep: a value nested a million levels
-// deep (which json::parse accepts) is shown without exhausting the stack, as dump() would.
+// deep (which json::parse accepts, and on which dump() runs out of stack) is shown safely.
 void append_shown(const nlohmann::json& value, std::string& out, std::size_t limit) {
   constexpr auto replace = nlohmann::json::error_handler_t::replace;
   if (value.is_array() || value.is_object()) {

@@ -253,8 +253,35 @@ std::string describe_token(std::uint64_t index, std::uint32_t sequence, std::uin
          std::to_string(position) + ")";
 }
 
+namespace {
+
+// Appends `value`'s compact JSON text (as dump() writes it) to `out`, stopping once `out` holds more than
+// `limit` characters: what is written is then a prefix of dump() longer than `limit`. Every level of
+// nesting adds a bracket first, so the recursion is at most `limit` deep: a value nested a million levels
+// deep (which json::parse accepts, and on which dump() runs out of stack) is shown safely.
+void append_shown(const nlohmann::json& value, std::string& out, std::size_t limit) {
+  constexpr auto replace = nlohmann::json::error_handler_t::replace;
+  if (value.is_array() || value.is_object()) {
+    out += value.is_array() ? '[' : '{';
+    bool first = true;
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      if (out.size() > limit) return;
+      if (!first) out += ',';
+      first = false;
+      if (value.is_object()) out += nlohmann::json(it.key()).dump(-1, ' ', false, replace) + ":";
+      append_shown(it.value(), out, limit);
+    }
+    out += value.is_array() ? ']' : '}';
+  } else {
+    out += value.dump(-1, ' ', false, replace);
+  }
+}
+
+}  // namespace
+
 std::string json_shown(const nlohmann::json& value) {
-  std::string s = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string s;
+  append_shown(value, s, 60);
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;
 }

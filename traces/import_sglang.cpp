@@ -211,10 +211,14 @@ class RoutedImporter {
     const auto axis_of = detail::layer_axis(shape_, axis, options_.decoder_layers, at);
     if (!map_.empty()) map_.check_rows(axis, options_.expert_map_path);
     if (meta.contains("prompt_tokens") && meta.contains("completion_tokens") &&
-        meta.at("prompt_tokens").is_number_integer() && meta.at("completion_tokens").is_number_integer() &&
-        static_cast<std::int64_t>(tokens) !=
-            meta.at("prompt_tokens").get<std::int64_t>() + meta.at("completion_tokens").get<std::int64_t>() - 1)
-      ++mismatched_;
+        meta.at("prompt_tokens").is_number_integer() && meta.at("completion_tokens").is_number_integer()) {
+      // tokens == prompt + completion - 1, compared without overflow for any integers the response holds
+      const std::int64_t prompt = meta.at("prompt_tokens").get<std::int64_t>();
+      const std::int64_t completion = meta.at("completion_tokens").get<std::int64_t>();
+      if (prompt < 0 || completion < 0 ||
+          static_cast<std::uint64_t>(prompt) + static_cast<std::uint64_t>(completion) != tokens + 1)
+        ++mismatched_;
+    }
     ids_.resize(sink_.per_token());
     for (std::size_t t = 0; t < tokens; ++t) {
       bool complete = true;
@@ -324,6 +328,11 @@ ImportReport per_token(const std::string& path, const TraceShape& shape, const W
         if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
           throw common::InputError(at + ": \"extend_seq_lens\": expected non-negative integers, got " + json_shown(v));
         lengths.push_back(v.get<std::size_t>());
+        if (lengths.back() > std::numeric_limits<std::size_t>::max() - sum)
+          throw common::InputError(at + ": \"extend_seq_lens\" sum past " +
+                                   std::to_string(std::numeric_limits<std::size_t>::max()) +
+                                   " tokens, but the pass has " + std::to_string(tokens) +
+                                   " (the length of \"positions\")");
         sum += lengths.back();
       }
       if (sum != tokens)

@@ -72,6 +72,7 @@ void read_safetensors(const std::string& path, const TraceShape& shape, std::siz
                                "] (num_experts of meta_info.json, or the architecture's experts)");
     const json& off = info["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned() ||
+        off[1].get<std::uint64_t>() < off[0].get<std::uint64_t>() ||
         off[1].get<std::uint64_t>() - off[0].get<std::uint64_t>() != slots * width ||
         off[1].get<std::uint64_t>() > bytes.size() - data)
       throw common::InputError(at + ": data_offsets " + json_shown(off) + " do not hold " + std::to_string(slots) +
@@ -92,6 +93,12 @@ void read_safetensors(const std::string& path, const TraceShape& shape, std::siz
       }
       if (v < 0)
         throw common::InputError(at + ": value " + std::to_string(e) + " is negative (" + std::to_string(v) + ")");
+      // Kept within 0..4294967295 (the trace's range) so that tensors of one iteration and layer (from
+      // several ranks, or names such as "1_1" and "01_1") cannot wrap the sum.
+      if (static_cast<std::uint64_t>(v) > 0xffffffffULL - counts[e])
+        throw common::InputError(at + ": value " + std::to_string(e) + " brings the count of iteration " +
+                                 std::to_string(*iter) + ", layer " + std::to_string(*layer) +
+                                 " out of range 0..4294967295");
       counts[e] += static_cast<std::uint64_t>(v);
     }
   }

@@ -1,6 +1,6 @@
-// Trace helpers of the fuzz targets: the tiny test architecture's routing shape (tests/data/traces/
-// tiny-dsv2.yaml, the shape of the seed inputs), writers that keep an import in memory, and a reader
-// drain that touches every token.
+// Trace helpers of the fuzz targets: the tiny test architecture's routing shape and decoder layers
+// (tests/data/traces/tiny-dsv2.yaml, the shape of the seed inputs), writers that keep an import in memory,
+// and a reader drain that touches every token.
 #pragma once
 
 #include <string>
@@ -19,6 +19,13 @@ inline const traces::TraceShape& tiny_shape() {
   static const traces::TraceShape shape =
       models::load_architecture(std::string(MOESIM_FUZZ_DATA_DIR) + "/traces/tiny-dsv2.yaml").trace_shape();
   return shape;
+}
+
+// Its decoder layers (Architecture::num_layers), as the engine importers take them (ImportOptions::decoder_layers).
+inline int tiny_decoder_layers() {
+  static const int layers =
+      models::load_architecture(std::string(MOESIM_FUZZ_DATA_DIR) + "/traces/tiny-dsv2.yaml").num_layers;
+  return layers;
 }
 
 // Each call's target lives until the next call (the fuzz targets run one input at a time).

@@ -610,3 +610,20 @@ TEST_CASE("trace format: a binary trace read again is not checked again, unless 
   CHECK_MESSAGE(msg.find("differs from the first reading") != std::string::npos, msg);
   CHECK(msg.find(p.string()) != std::string::npos);
 }
+
+TEST_CASE("trace format: json_shown gives dump()'s compact text cut to 60 characters, at any nesting depth") {
+  using nlohmann::json;
+  for (const json& v : {json::parse(R"({"a":[1,2.5,"x\u00e9\n"],"b":{},"c":[],"d":null,"e":true})"), json::parse("[]"),
+                        json::parse(R"([[1,[2,[3]]],{"k":{"l":[-4]}}])"), json("plain"), json(-17)}) {
+    const std::string full = v.dump(-1, ' ', false, json::error_handler_t::replace);
+    CHECK(json_shown(v) == full);
+  }
+  const json long_value = json::parse(R"({"records":[[10,11,12,13,14,15],[20,21,22,23,24,25],[30,31,32,33]]})");
+  const std::string full = long_value.dump();
+  REQUIRE(full.size() > 60);
+  CHECK(json_shown(long_value) == full.substr(0, 57) + "...");
+  // A million levels deep (json::parse takes it; dump() would recurse once per level and run out of stack).
+  std::string deep(1'000'000, '[');
+  deep.append(1'000'000, ']');
+  CHECK(json_shown(json::parse(deep)) == std::string(57, '[') + "...");
+}

@@ -8,6 +8,7 @@
 // as a load-only trace through the counts importer's checks.
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -40,7 +41,9 @@ CountsImportReport import_vllm_eplb(const std::string& path, const TraceShape& s
   json passes;
   std::size_t start = 0;  // the oldest pass of the circular window
   if (doc.contains("expert_load_window")) {
-    passes = doc.at("expert_load_window");
+    // Moved, never copied: copying a JSON value recurses once per level of nesting, and a file may
+    // nest deeper than the stack allows (the parser and the destructor do not recurse).
+    passes = std::move(doc.at("expert_load_window"));
     if (doc.contains("expert_load_window_step")) {
       const json& s = doc.at("expert_load_window_step");
       if (!s.is_number_integer() || s.get<std::int64_t>() < 0 ||
@@ -50,7 +53,8 @@ CountsImportReport import_vllm_eplb(const std::string& path, const TraceShape& s
       start = s.get<std::size_t>();
     }
   } else if (doc.contains("expert_load_pass")) {
-    passes = json::array({doc.at("expert_load_pass")});
+    passes = json::array();
+    passes.push_back(std::move(doc.at("expert_load_pass")));
   } else {
     throw common::InputError(path +
                              ": no \"expert_load_window\" (window x MoE layers x physical experts) nor "

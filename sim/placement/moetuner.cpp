@@ -84,13 +84,15 @@ nlohmann::json stage1_json(const Stage1Outcome& s1, const std::vector<int>& laye
 nlohmann::json stage2_json(const Stage2Result& s2, const std::vector<int>& layers) {
   nlohmann::json st2 = s2.report.to_json();
   nlohmann::json open_pairs = nlohmann::json::array();
-  for (std::size_t l = 0; l < s2.pair_objective.size() && !s2.chain_proven && !s2.node_chain_proven; ++l)
+  const bool proven = s2.chain_proven || s2.node_chain_proven || s2.hot_chain_proven;
+  for (std::size_t l = 0; l < s2.pair_objective.size() && !proven; ++l)
     if (!close_to(s2.pair_objective[l], s2.pair_bound[l])) open_pairs.push_back(layers[l]);
   st2["pairs_not_proven"] = open_pairs;  // by the first layer of the pair
   st2["objective_units"] =
       "s: sum over layer pairs of the slowest rank pair's cross-layer transfer time, profiled tokens";
   st2["proof"] = s2.chain_proven       ? "chain program over all layers, memory balance included"
                  : s2.node_chain_bound ? "two-node chain program over all layers, memory rows summed per node"
+                 : s2.hot_chain_bound  ? "hot-chain program over all layers, memory rows summed per node"
                                        : "per-pair bounds";
   st2["tie_break"] = {{"rule", "among equal pair objectives, least total transfer time (sum over rank pairs)"},
                       {"total_transfer_s_before", s2.volume_before_tie_break},
@@ -98,6 +100,11 @@ nlohmann::json stage2_json(const Stage2Result& s2, const std::vector<int>& layer
                       {"layers_changed", s2.tie_break_changes}};
   st2["chain_program_entries"] = s2.chain_entries;
   st2["two_node_program_states"] = s2.node_chain_states;
+  if (s2.hot_chain.applicable) {
+    nlohmann::json ends = nlohmann::json::array();
+    for (std::size_t c : s2.hot_chain.cuts) ends.push_back(layers[c]);  // by the first layer of the pair
+    st2["hot_chain"] = {{"bound", s2.hot_chain.bound}, {"runs_end_at_pairs", ends}, {"states", s2.hot_chain.states}};
+  }
   st2["experts_per_rank_min"] = s2.memory_min;
   st2["experts_per_rank_max"] = s2.memory_max;
   st2["experts_per_rank_target"] = nlohmann::json::array({s2.memory_target_lo, s2.memory_target_hi});

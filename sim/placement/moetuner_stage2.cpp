@@ -40,6 +40,7 @@ class Stage2Solver {
   bool chain_phase(Layout& on);
   void tie_break(Layout& on);
   void relabel_segments(Layout& on);
+  void hot_chain_plan(Layout& on, const HotChainResult& plan) const;
   // 1 to 3 random swaps of two ranks' clusters of equal size, each in the layer `pick_layer` draws
   // (after the swap count); the draws in the same order as the searches have always made them.
   template <typename Pick>
@@ -71,6 +72,7 @@ class Stage2Solver {
   bool combinatorial_;
   Stage2Result out_;
   bool limit_hit_ = false;
+  HotChainResult hot_;
 };
 
 Stage2Solver::Stage2Solver(const Stage2Problem& p, const SolverLimits& limits)
@@ -339,6 +341,128 @@ void Stage2Solver::relabel_segments(Layout& on) {
   }
 }
 
+// The plan of the hot-chain program (stage2_hot_chain_bound) on the chained start, whose hottest
+// clusters share one node throughout. At each cut, every later layer's ranks of the hot node swap
+// with those of a node that has not held the hot clusters yet, rank by rank, which changes only the
+// cut pair's cost. Then, in every layer where the plan's hot node holds more experts than now, its
+// coolest clusters (least traffic with the hot clusters around) swap with the largest clusters of
+// other nodes until it holds as many.
+void Stage2Solver::hot_chain_plan(Layout& on, const HotChainResult& plan) const {
+  const Stage2Fabric f = stage2_fabric(p_);
+  std::vector<std::vector<std::size_t>> members(f.node_size.size());
+  for (std::size_t g = 0; g < G_; ++g) members[static_cast<std::size_t>(f.dense_node[g])].push_back(g);
+  std::vector<char> used(members.size(), 0);
+  auto hot_node = [&](std::size_t l) {
+    const auto g = static_cast<std::size_t>(
+        std::find(on[l].begin(), on[l].end(), static_cast<int>(plan.hot[l])) - on[l].begin());
+    return static_cast<std::size_t>(f.dense_node[g]);
+  };
+  if (L_ > 0) used[hot_node(0)] = 1;
+  for (std::size_t c : plan.cuts) {
+    const std::size_t from = hot_node(c + 1);
+    std::size_t to = 0;
+    while (to < members.size() && (used[to] || members[to].size() != members[from].size())) ++to;
+    if (to == members.size()) std::fill(used.begin(), used.end(), 0), to = (from + 1) % members.size();
+    used[to] = 1;
+    for (std::size_t l = c + 1; l < L_; ++l)
+      for (std::size_t k = 0; k < members[from].size(); ++k) std::swap(on[l][members[from][k]], on[l][members[to][k]]);
+  }
+  // heat(l, c): cluster c's traffic with the hot clusters of the layers around l.
+  auto heat = [&](std::size_t l, std::size_t c) {
+    double h = 0.0;
+    if (l > 0) h += p_.traffic[l - 1][plan.hot[l - 1] * G_ + c];
+    if (l + 1 < L_) h += p_.traffic[l][c * G_ + plan.hot[l + 1]];
+    return h;
+  };
+  auto size_on = [&](std::size_t l, std::size_t g) { return p_.sizes[l][static_cast<std::size_t>(on[l][g])]; };
+  std::vector<std::size_t> hot_at(L_);
+  std::vector<long> node_total(members.size(), 0);
+  for (std::size_t l = 0; l < L_; ++l) {
+    hot_at[l] = hot_node(l);
+    for (std::size_t g = 0; g < G_; ++g) node_total[static_cast<std::size_t>(f.dense_node[g])] += size_on(l, g);
+  }
+  auto held = [&](std::size_t l, std::size_t n) {
+    int e = 0;
+    for (std::size_t g : members[n]) e += size_on(l, g);
+    return e;
+  };
+  auto swap_ranks = [&](std::size_t l, std::size_t g, std::size_t h) {
+    const int d = size_on(l, h) - size_on(l, g);
+    node_total[static_cast<std::size_t>(f.dense_node[g])] += d;
+    node_total[static_cast<std::size_t>(f.dense_node[h])] -= d;
+    std::swap(on[l][g], on[l][h]);
+  };
+  auto pinned = [&](std::size_t l, std::size_t g) {
+    const auto& t = plan.tied[l];
+    return std::binary_search(t.begin(), t.end(), on[l][g]);
+  };
+  // The tied clusters onto the hot node (each for its coolest untied cluster), then the hot node up
+  // to the plan's experts: its coolest untied cluster out, the largest untied one of the node with
+  // the most experts over all layers in (the coolest among equals).
+  for (std::size_t l = 0; l < L_; ++l) {
+    const std::size_t x = hot_at[l];
+    auto coolest_untied = [&] {
+      std::size_t out = G_;
+      for (std::size_t g : members[x])
+        if (!pinned(l, g) &&
+            (out == G_ || heat(l, static_cast<std::size_t>(on[l][g])) < heat(l, static_cast<std::size_t>(on[l][out]))))
+          out = g;
+      return out;
+    };
+    for (std::size_t h = 0; h < G_; ++h)
+      if (static_cast<std::size_t>(f.dense_node[h]) != x && pinned(l, h)) {
+        const std::size_t out = coolest_untied();
+        if (out == G_) break;
+        swap_ranks(l, out, h);
+      }
+    while (held(l, x) < plan.hold[l]) {
+      const std::size_t out = coolest_untied();
+      if (out == G_) break;
+      std::size_t in = G_;
+      auto better = [&](std::size_t h) {
+        if (in == G_) return true;
+        const long nh = node_total[static_cast<std::size_t>(f.dense_node[h])];
+        const long ni = node_total[static_cast<std::size_t>(f.dense_node[in])];
+        if (size_on(l, h) != size_on(l, in)) return size_on(l, h) > size_on(l, in);
+        if (nh != ni) return nh > ni;
+        return heat(l, static_cast<std::size_t>(on[l][h])) < heat(l, static_cast<std::size_t>(on[l][in]));
+      };
+      for (std::size_t h = 0; h < G_; ++h)
+        if (static_cast<std::size_t>(f.dense_node[h]) != x && !pinned(l, h) && size_on(l, h) > size_on(l, out) &&
+            better(h))
+          in = h;
+      if (in == G_) break;
+      swap_ranks(l, out, in);
+    }
+  }
+  // The nodes toward their share (node ranks x [lo, hi]): a cluster of a node short of it swaps with
+  // a larger one of a node over it, in a layer where neither is hot and the hot node keeps the plan's
+  // experts; the coolest such swap that overshoots neither node, until none is left.
+  const int lo = out_.memory_target_lo, hi = out_.memory_target_hi;
+  for (int step = 0; step < 100000; ++step) {
+    double best = std::numeric_limits<double>::infinity();
+    std::size_t bl = 0, bg = G_, bh = G_;
+    for (std::size_t l = 0; l < L_; ++l)
+      for (std::size_t g = 0; g < G_; ++g) {
+        const auto ng = static_cast<std::size_t>(f.dense_node[g]);
+        const long need = static_cast<long>(members[ng].size()) * lo - node_total[ng];
+        if (need <= 0 || pinned(l, g)) continue;
+        for (std::size_t h = 0; h < G_; ++h) {
+          const auto nh = static_cast<std::size_t>(f.dense_node[h]);
+          const long spare = node_total[nh] - static_cast<long>(members[nh].size()) * hi;
+          const int d = size_on(l, h) - size_on(l, g);
+          if (nh == ng || spare <= 0 || d <= 0 || d > need || d > spare) continue;
+          if (pinned(l, h)) continue;
+          if (nh == hot_at[l] && held(l, nh) - d < plan.hold[l]) continue;
+          const double c = heat(l, static_cast<std::size_t>(on[l][g])) + heat(l, static_cast<std::size_t>(on[l][h]));
+          if (c < best) best = c, bl = l, bg = g, bh = h;
+        }
+      }
+    if (bg == G_) break;
+    swap_ranks(bl, bg, bh);
+  }
+}
+
 // Few ranks: the chain program settles the whole stage, memory rows included. True when it proved
 // the layout optimal.
 bool Stage2Solver::chain_phase(Layout& on) {
@@ -393,6 +517,15 @@ void Stage2Solver::finish(Layout on, double node_bound, bool chain_proven) {
     out_.node_chain_proven = out_.memory_min >= lo && out_.memory_max <= hi && close_to(report.objective, node_bound);
     if (out_.node_chain_proven) report.parts_optimal = report.parts;
   }
+  // Several nodes: the hot-chain program keeps the memory rows (summed per node).
+  if (hot_.applicable && hot_.bound > report.bound && !out_.node_chain_proven) {
+    report.bound = std::min(report.objective, hot_.bound);
+    out_.hot_chain_bound = true;
+    out_.node_chain_bound = out_.node_chain_proven = false;
+    out_.hot_chain_proven = out_.memory_min >= lo && out_.memory_max <= hi && close_to(report.objective, hot_.bound);
+    if (out_.hot_chain_proven) report.parts_optimal = report.parts;
+  }
+  out_.hot_chain = hot_;
   if (chain_proven) {
     // The whole chain is optimal: its objective is the stage's bound, and every pair is part of it.
     report.bound = report.objective;
@@ -435,6 +568,32 @@ Stage2Result Stage2Solver::solve() {
       current = value;
     }
   }
+  // Several nodes: the runs that the hot-chain bound's optimum takes, from the chained start (whose
+  // hottest clusters share one node throughout), then the same repair; planned again with room kept
+  // in each run for the balance while the result is above the bound.
+  hot_ = stage2_hot_chain_bound(p_, out_.memory_target_lo);
+  if (G_ > 16 && L_ > 1 && hot_.applicable) {
+    const int lo = out_.memory_target_lo, hi = out_.memory_target_hi;
+    for (int reserve : {0, 64, 256}) {
+      const HotChainResult plan = reserve == 0 ? hot_ : stage2_hot_chain_bound(p_, lo, reserve);
+      if (!plan.applicable) continue;
+      Layout planned = on;
+      hot_chain_plan(planned, plan);
+      // The ranks balanced inside each node first (the node totals kept), or not.
+      for (bool nodes_first : {true, false}) {
+        if (out_of_time() || (balanced(kept) && !lowers(hot_.bound, current))) break;
+        Layout trial = planned;
+        if (nodes_first) stage2::balance_within_nodes(p_, trial, lo, hi);
+        stage2_balance_within_bottlenecks(p_, trial, lo, hi, 4 * limits_.sweeps);
+        stage2::balance_memory(p_, trial, lo, hi);
+        const double value = descend(trial);
+        if (balanced(trial) && (!balanced(kept) || lowers(value, current))) {
+          kept = std::move(trial);
+          current = value;
+        }
+      }
+    }
+  }
   if (G_ <= 16) {
     stage2::balance_memory(p_, on, out_.memory_target_lo, out_.memory_target_hi);
     const double value = descend(on);
@@ -447,7 +606,8 @@ Stage2Result Stage2Solver::solve() {
   const double node_bound = two_node_phase(on, current);
   const bool proven_by_nodes = balanced(on) && node_bound > 0.0 && close_to(current, node_bound);
   if (G_ <= 16 && L_ > 1 && G_ > 1 && !proven_by_nodes) iterated_local_search(on, current);
-  if (G_ > 16 && L_ > 1) windowed_local_search(on, current);
+  const bool proven_by_hot_chain = balanced(on) && hot_.applicable && !lowers(hot_.bound, current);
+  if (G_ > 16 && L_ > 1 && !proven_by_hot_chain) windowed_local_search(on, current);
   if (G_ <= 5 && L_ > 1)
     stage2::exhaustive_layer_pairs(p_, on, out_.memory_target_lo, out_.memory_target_hi, limits_, deadline_);
   const bool chain_proven = chain_phase(on);

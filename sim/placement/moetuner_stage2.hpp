@@ -12,6 +12,27 @@
 
 namespace moesim::sim {
 
+// Several nodes of equal size: a lower bound on the whole stage with the memory rows summed per node.
+// It follows the hottest cluster of each layer (`hot`). While the hot clusters of adjacent layers share
+// a node, every pair heavy enough that crossing nodes would cost more than the pair's limit ties its
+// clusters to that node too, so the node holds fewer experts in those layers than its largest
+// clusters would give; over all layers it must still hold its ranks' share (node ranks x lo). A
+// dynamic program over (layer, the hot node's experts there, the run's shortfall so far) chooses where
+// runs end (a pair where the hot clusters sit on different nodes, paying their crossing) and each
+// pair's limit; each pair costs at least its stage2_pair_bound. `reserve` experts are kept back from
+// every run's slack (0 for the bound; more to plan runs with room to balance). applicable: the fabric
+// has two or more nodes of equal size and the program fits `state_limit` states; cuts: the pairs
+// where the optimum's runs end; hot: the hottest cluster of each layer.
+struct HotChainResult {
+  bool applicable = false;
+  double bound = 0.0;
+  std::vector<std::size_t> cuts, hot;
+  // [l]: the most experts the optimum's hot node can hold in layer l at its pairs' limits, and the
+  // clusters those limits tie to it (the hot cluster among them).
+  std::vector<int> hold;
+  std::vector<std::vector<int>> tied;
+  long states = 0;
+};
 struct Stage2Result {
   std::vector<std::vector<int>> cluster_on;  // [l][g]: the cluster rank g holds in layer l
   std::vector<double> pair_objective, pair_bound;
@@ -22,6 +43,9 @@ struct Stage2Result {
   // The two-node chain program (stage2_two_node_chain) gave the stage bound; proven: it met the objective.
   bool node_chain_bound = false, node_chain_proven = false;
   long node_chain_states = 0;
+  // The hot-chain program (stage2_hot_chain_bound) raised the stage bound; proven: it met the objective.
+  bool hot_chain_bound = false, hot_chain_proven = false;
+  HotChainResult hot_chain;
   // The tie-break (stage2_tie_break): total transfer seconds before and after it, layers it changed.
   double volume_before_tie_break = 0.0, volume = 0.0;
   int tie_break_changes = 0;
@@ -77,6 +101,8 @@ struct TwoNodeChainResult {
   long entries = 0;  // states of the program with node totals, over all cutoffs tried
 };
 TwoNodeChainResult stage2_two_node_chain(const Stage2Problem& p, int lo, int hi, double incumbent, long entry_limit);
+
+HotChainResult stage2_hot_chain_bound(const Stage2Problem& p, int lo, int reserve = 0, long state_limit = 4'000'000);
 
 // One layer's layout given its neighbours, exactly: the layout (cluster_on[g]) minimising
 // max_g left[c*G+g] + max_g right[c*G+g] over c = cluster_on[g], using only allowed[c*G+g] entries

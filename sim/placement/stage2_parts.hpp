@@ -36,6 +36,15 @@ int memory_violation(const std::vector<int>& total, int lo, int hi);
 // Swaps the clusters of two ranks in one layer until every rank's expert total is in [lo, hi] (or
 // no swap helps), each time the swap that costs the least objective.
 void balance_memory(const Stage2Problem& p, std::vector<std::vector<int>>& on, int lo, int hi);
+// One expert moved from a rank over the range (or above lo) to one under it (or below hi) along the
+// cheapest chain of swaps, each between two ranks whose clusters in one layer differ by one expert,
+// costed by how far it can raise the pairs around its layer. True when it lowered the violation.
+bool balance_by_path(const Stage2Problem& p, std::vector<std::vector<int>>& on, int lo, int hi);
+// Swaps inside each node only (a node's experts stay where they are): for ranks of one node outside
+// [lo, hi], the swap of two of its ranks' clusters in one layer that moves their totals toward the
+// middle, the one that can raise the pairs around its layer least, until every rank of the node is
+// in range or no swap moves toward it.
+void balance_within_nodes(const Stage2Problem& p, std::vector<std::vector<int>>& on, int lo, int hi);
 // For a few ranks (G! <= 120): every layout of two adjacent layers at once, given the rest, kept when
 // it lowers the objective and the experts outside [lo, hi] do not grow; repeated until nothing improves.
 void exhaustive_layer_pairs(const Stage2Problem& p, std::vector<std::vector<int>>& on, int lo, int hi,

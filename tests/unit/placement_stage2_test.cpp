@@ -766,3 +766,155 @@ TEST_CASE("stage 2 beyond 16 ranks: balanced, the objective recomputes, the boun
     CHECK(again.cluster_on == r.cluster_on);
   }
 }
+
+TEST_CASE("stage 2 hot-chain program: a hand-computed chain whose node must change once") {
+  // Two nodes of two ranks, four layers; every layer holds clusters of 1, 1, 3 and 3 experts, so
+  // every rank must hold 8 experts over the four layers and every node 16. Cluster 0 sends 100 tokens
+  // to the next layer's cluster 0, clusters 0 and 1 send 50 to each other's and their own successor,
+  // every other pair 1. A token costs 10 between nodes and 0.01 inside one.
+  sim::Stage2Problem p;
+  p.ranks = 4;
+  p.node = {0, 0, 1, 1};
+  p.cost.assign(16, 0.0);
+  for (std::size_t a = 0; a < 4; ++a)
+    for (std::size_t b = 0; b < 4; ++b)
+      if (a != b) p.cost[a * 4 + b] = p.node[a] == p.node[b] ? 0.01 : 10.0;
+  p.sizes.assign(4, {1, 1, 3, 3});
+  std::vector<double> t(16, 1.0);
+  t[0 * 4 + 0] = 100.0;
+  t[0 * 4 + 1] = t[1 * 4 + 0] = t[1 * 4 + 1] = 50.0;
+  p.traffic.assign(3, t);
+  // By hand. Each pair alone: clusters 0 and 1 of both layers on one node, only 1-token pairs
+  // crossing: 10. Kept there in every layer, that node would hold 2 experts a layer, 8 in all, not 16:
+  // a node holds at most 6 a layer (the two clusters of 3), so it can spare 4 x 6 - 16 = 8 experts,
+  // 4 in every layer where it holds clusters 0 and 1 (2 experts), 2 where it holds cluster 0 and a
+  // cluster of 3 (cluster 1 then crosses at 50 x 10 = 500 in both pairs around it). One run over
+  // all four layers: every layer at 4 experts, 3 x 500 = 1500. A run ending at pair 1 (cluster 0
+  // crossing at 100 x 10 = 1000) leaves two runs of two layers at 2 experts each (8 spared each):
+  // 10 + 1000 + 10 = 1020, the least.
+  const sim::HotChainResult r = sim::stage2_hot_chain_bound(p, 8);
+  REQUIRE(r.applicable);
+  CHECK(r.bound == doctest::Approx(1020.0).epsilon(1e-12));
+  CHECK(r.cuts == std::vector<std::size_t>{1});
+  CHECK(r.hot == std::vector<std::size_t>{0, 0, 0, 0});
+  double pairs = 0.0;
+  for (std::size_t l = 0; l < 3; ++l) pairs += sim::stage2_pair_bound(p, l);
+  CHECK(pairs == doctest::Approx(30.0).epsilon(1e-12));
+  CHECK(sim::stage2_chain_window_bound(p) < 1020.0);
+  // The bound is the optimum: brute force over every layout, and the solver proves it.
+  CHECK(brute_force_balanced(p, 8, 8) == doctest::Approx(1020.0).epsilon(1e-12));
+  const sim::Stage2Result s = sim::moetuner_stage2(p, sim::SolverLimits{});
+  CHECK(s.report.objective == doctest::Approx(1020.0).epsilon(1e-12));
+  CHECK(s.report.bound == doctest::Approx(1020.0).epsilon(1e-12));
+  // Memory rows that spare more: with every rank at 7 or more, one run at 2 experts a layer spares
+  // 4 x 6 - 14 = 10, still short of the 16 it would need.
+  CHECK(sim::stage2_hot_chain_bound(p, 7).bound == doctest::Approx(1020.0).epsilon(1e-12));
+  // At 4 experts a rank nothing binds: the per-pair bounds.
+  CHECK(sim::stage2_hot_chain_bound(p, 4).bound == doctest::Approx(30.0).epsilon(1e-12));
+  // Not applicable on one node, on nodes of different sizes, or past the state limit.
+  sim::Stage2Problem one = p;
+  one.node = {0, 0, 0, 0};
+  CHECK_FALSE(sim::stage2_hot_chain_bound(one, 8).applicable);
+  sim::Stage2Problem uneven = p;
+  uneven.node = {0, 1, 1, 1};
+  CHECK_FALSE(sim::stage2_hot_chain_bound(uneven, 8).applicable);
+  CHECK_FALSE(sim::stage2_hot_chain_bound(p, 8, 0, 10).applicable);
+}
+
+TEST_CASE("stage 2 hot-chain program: below brute force with the memory balance") {
+  struct Shape {
+    std::size_t layers;
+    std::vector<int> node;
+  };
+  const std::vector<Shape> shapes = {{4, {0, 0, 1, 1}}, {5, {0, 1, 2}}, {4, {0, 1, 2, 3}}};
+  int cases = 0, lifted = 0, tight = 0;
+  for (std::size_t k = 0; k < shapes.size(); ++k)
+    for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+      CAPTURE(k);
+      CAPTURE(seed);
+      Rng rng(seed * 17 + 3 * k);
+      sim::Stage2Problem p = random_problem(rng, shapes[k].layers, shapes[k].node, 36.0);
+      const std::size_t G = shapes[k].node.size();
+      // Links of one kind that differ (the program takes the cheapest inter-node one) in some cases.
+      if (seed % 3 == 0)
+        for (std::size_t a = 0; a < G; ++a)
+          for (std::size_t b = 0; b < G; ++b)
+            if (a != b) p.cost[a * G + b] *= 1.0 + 0.5 * static_cast<double>((a + 2 * b) % 3);
+      // A hot cluster of one expert in every layer with heavy traffic to the next one's, in half the
+      // cases: the chain the program follows.
+      if (seed % 2 == 0)
+        for (std::size_t l = 0; l < p.sizes.size(); ++l) {
+          p.sizes[l][0] = 1;
+          if (l + 1 < p.sizes.size()) p.traffic[l][0] *= 20.0;
+        }
+      int lo = 0, hi = 0;
+      memory_target(p, lo, hi);
+      const double brute = brute_force_balanced(p, lo, hi);
+      if (!std::isfinite(brute)) continue;
+      ++cases;
+      const sim::HotChainResult r = sim::stage2_hot_chain_bound(p, lo);
+      REQUIRE(r.applicable);
+      CHECK(r.bound <= brute * (1 + 1e-12));
+      REQUIRE(r.hot.size() == p.sizes.size());
+      for (std::size_t c : r.cuts) CHECK(c + 1 < p.sizes.size());
+      double pairs = 0.0;
+      for (std::size_t l = 0; l + 1 < p.sizes.size(); ++l) pairs += sim::stage2_pair_bound(p, l);
+      CHECK(r.bound >= pairs * (1 - 1e-12));
+      lifted += r.bound > std::max(pairs, sim::stage2_chain_window_bound(p)) * (1 + 1e-9) ? 1 : 0;
+      tight += r.bound >= brute * (1 - 1e-12) ? 1 : 0;
+      // The solver's bound takes it in and stays below brute force.
+      const sim::Stage2Result s = sim::moetuner_stage2(p, sim::SolverLimits{});
+      CHECK(s.report.bound <= brute * (1 + 1e-12));
+      CHECK(s.report.bound >= std::min(s.report.objective, r.bound) * (1 - 1e-12));
+    }
+  CHECK(cases >= 12);
+  CHECK(lifted > 0);  // the memory rows lift it above every per-pair and three-layer bound
+  CHECK(tight > 0);   // and it meets the optimum
+}
+
+TEST_CASE("stage 2 hot-chain program: 32 ranks on 4 nodes, the solver meets the bound") {
+  // DeepSeek-V3's shape at 32 ranks: in every layer 8 hot clusters of one expert and 24 cold ones of
+  // five. Every token passes the hottest expert of every layer; a pair's traffic is the product of
+  // the two clusters' token shares (no affinity), so the 8 hot clusters of adjacent layers must share
+  // a node, which then holds 8 experts in that layer where every node must average 32.
+  std::vector<int> node(32);
+  for (std::size_t g = 0; g < node.size(); ++g) node[g] = static_cast<int>(g / 8);
+  sim::Stage2Problem p;
+  p.ranks = 32;
+  p.node = node;
+  p.cost.assign(32 * 32, 0.0);
+  for (std::size_t a = 0; a < 32; ++a)
+    for (std::size_t b = 0; b < 32; ++b)
+      if (a != b) p.cost[a * 32 + b] = node[a] == node[b] ? 1.0 : 36.0;
+  const std::size_t L = 12;
+  std::vector<double> share(32);
+  for (std::size_t c = 0; c < 32; ++c)
+    share[c] = c < 8 ? 1.0 / static_cast<double>(c + 1) : 0.05 + 0.001 * static_cast<double>(c);
+  for (std::size_t l = 0; l < L; ++l) {
+    std::vector<int> size(32, 5);
+    for (std::size_t c = 0; c < 8; ++c) size[c] = 1;
+    p.sizes.push_back(size);
+  }
+  for (std::size_t l = 0; l + 1 < L; ++l) {
+    std::vector<double> t(32 * 32);
+    for (std::size_t a = 0; a < 32; ++a)
+      for (std::size_t b = 0; b < 32; ++b) t[a * 32 + b] = 1000.0 * share[a] * share[b];
+    p.traffic.push_back(t);
+  }
+  int lo = 0, hi = 0;
+  memory_target(p, lo, hi);
+  const sim::HotChainResult bound = sim::stage2_hot_chain_bound(p, lo);
+  REQUIRE(bound.applicable);
+  CHECK_FALSE(bound.cuts.empty());
+  double pairs = 0.0;
+  for (std::size_t l = 0; l + 1 < L; ++l) pairs += sim::stage2_pair_bound(p, l);
+  CHECK(bound.bound > pairs * 1.5);
+  const sim::Stage2Result r = sim::moetuner_stage2(p, sim::SolverLimits{});
+  CHECK(r.memory_min >= lo);
+  CHECK(r.memory_max <= hi);
+  CHECK(r.hot_chain_bound);
+  CHECK(r.report.bound == doctest::Approx(std::min(r.report.objective, bound.bound)).epsilon(1e-12));
+  CHECK(r.report.objective == doctest::Approx(sim::stage2_objective(p, r.cluster_on)).epsilon(1e-12));
+  CHECK(r.hot_chain_proven);
+  CHECK(r.report.status == "optimal");
+}

@@ -29,7 +29,7 @@ sed -e 's/^nodes: 2$/nodes: 8/' "$root/configs/clusters/h200-2x8-800g.yaml" > "$
 "$moesim" trace split "$work/mixtral.mtr" --profile-out "$work/mixtral-profile.mtr" --heldout-out "$work/mixtral-heldout.mtr" \
   --seed 1 >/dev/null
 # DeepSeek-V3: seed 1 to solve, seed 2 to evaluate. The popularity ranking (which experts are hot)
-# comes from --popularity-seed (default 0), not --seed, so both traces share their hot experts and
+# comes from --popularity-seed (default 1), not --seed, so both traces share their hot experts and
 # differ in the sampled tokens. 64 sequences of 320 tokens: every one of the 64 ranks is the home of
 # one sequence (sequence i lives on rank i mod 64), so the home-dispatch columns see every rank.
 for seed in 1 2; do

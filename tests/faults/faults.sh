@@ -240,6 +240,10 @@ two_writers)
   "$MOESIM" study "$STUDY" -o "$out" > /dev/null 2> "$WORK/a.err" &
   pid=$!
   wait_for "$WORK/a.err" '\[1/6\] .*: started'
+  # Held stopped while the second writers try: a fast machine could otherwise finish the study before
+  # the last of them, which would then rightly succeed. (Woken and ended if a check below fails.)
+  trap 'kill -CONT $pid 2>/dev/null; kill $pid 2>/dev/null' EXIT
+  kill -STOP $pid
   for second in "study $STUDY -o $out --resume" "study $STUDY -o $out --force" "run $STUDY -o $out --force" \
     "study merge $out -o $WORK/merged" "study merge $WORK/ref -o $out --force"; do
     # shellcheck disable=SC2086
@@ -251,6 +255,8 @@ two_writers)
     ! grep -q "started" "$WORK/b.err" || fail "moesim $second simulated variants in a folder being written"
   done
   kill -0 $pid 2>/dev/null || fail "the first study ended before the second writers were tried (too fast to test)"
+  kill -CONT $pid
+  trap - EXIT
   wait $pid || fail "the first study failed: $(cat "$WORK/a.err")"
   [ "$(grep -c ': started' "$WORK/a.err")" -eq 6 ] || fail "the first study did not run its 6 variants once each"
   no_leftovers "$out"

@@ -33,7 +33,7 @@ trap stop EXIT
 trap 'exit 1' INT TERM
 fail() {
   echo "FAIL: $*" >&2
-  for f in "$t"/slurmctld.log "$t"/*/logs/*.log; do
+  for f in "$t"/slurmctld.log "$t"/slurmd.log "$t"/munge/log "$t"/*/logs/*.log; do
     [ -f "$f" ] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }
   done
   exit 1

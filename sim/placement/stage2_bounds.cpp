@@ -6,7 +6,6 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <utility>
 
 #include "sim/placement/moetuner_stage2.hpp"
@@ -68,17 +67,10 @@ bool pair_threshold_feasible(const std::vector<double>& t, std::size_t G, const 
   if (f.node_size.size() < 2) return true;
   // Pairs too heavy to cross nodes tie their clusters to one node: components of that graph must
   // fill the nodes exactly (node n holds node_size[n] clusters of each layer).
-  std::vector<std::size_t> parent(2 * G);
-  std::iota(parent.begin(), parent.end(), 0);
-  auto find = [&](std::size_t x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
+  ClusterSets sets(2 * G);
   for (std::size_t i = 0; i < G * G; ++i)
-    if (t[i] * f.slow > limit) {
-      const std::size_t a = find(i / G), b = find(G + i % G);
-      if (a != b) parent[b] = a;
-    }
+    if (t[i] * f.slow > limit) sets.join(i / G, G + i % G);
+  auto find = [&](std::size_t x) { return sets.find(x); };
   std::vector<int> left(2 * G, 0), right(2 * G, 0);
   for (std::size_t v = 0; v < 2 * G; ++v) (v < G ? left : right)[find(v)] += 1;
   const int biggest = *std::max_element(f.node_size.begin(), f.node_size.end());
@@ -98,22 +90,12 @@ bool window_threshold_feasible(const std::vector<double>& t1, const std::vector<
   const double same_rank = std::min(f.fast, f.slow);
   if (!heavy_pairs_form_matching(t1, G, same_rank, a) || !heavy_pairs_form_matching(t2, G, same_rank, b)) return false;
   if (f.node_size.size() < 2) return true;
-  std::vector<std::size_t> parent(3 * G);
-  std::iota(parent.begin(), parent.end(), 0);
-  auto find = [&](std::size_t x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
+  ClusterSets sets(3 * G);
   for (std::size_t i = 0; i < G * G; ++i) {
-    if (t1[i] * f.slow > a) {
-      const std::size_t x = find(i / G), y = find(G + i % G);
-      if (x != y) parent[y] = x;
-    }
-    if (t2[i] * f.slow > b) {
-      const std::size_t x = find(G + i / G), y = find(2 * G + i % G);
-      if (x != y) parent[y] = x;
-    }
+    if (t1[i] * f.slow > a) sets.join(i / G, G + i % G);
+    if (t2[i] * f.slow > b) sets.join(G + i / G, 2 * G + i % G);
   }
+  auto find = [&](std::size_t x) { return sets.find(x); };
   std::vector<std::array<int, 3>> count(3 * G, {0, 0, 0});
   for (std::size_t v = 0; v < 3 * G; ++v) ++count[find(v)][v / G];
   const int biggest = *std::max_element(f.node_size.begin(), f.node_size.end());
@@ -167,19 +149,14 @@ double matching_bound(const std::vector<double>& t, std::size_t G, const std::ve
 // entries that would force a bigger block crosses nodes. 0 when no entry does.
 double node_block_bound(const std::vector<double>& t, std::size_t G, const std::vector<std::size_t>& order, int cap,
                         double fastest_cross) {
-  std::vector<std::size_t> parent(2 * G);
-  std::iota(parent.begin(), parent.end(), 0);
+  ClusterSets sets(2 * G);
   std::vector<int> rows(2 * G, 0), cols(2 * G, 0);
   for (std::size_t i = 0; i < G; ++i) rows[i] = 1, cols[G + i] = 1;
-  auto find = [&](std::size_t x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
   for (std::size_t i : order) {
-    std::size_t a = find(i / G), b = find(G + i % G);
+    const std::size_t a = sets.find(i / G), b = sets.find(G + i % G);
     if (a == b) continue;
     if (rows[a] + rows[b] > cap || cols[a] + cols[b] > cap) return t[i] * fastest_cross;
-    parent[b] = a;
+    sets.join_roots(a, b);
     rows[a] += rows[b];
     cols[a] += cols[b];
   }

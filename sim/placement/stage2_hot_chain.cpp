@@ -50,14 +50,10 @@ std::vector<Breakpoint> pair_breakpoints(const Stage2Problem& p, std::size_t l, 
     return o;
   };
   const std::vector<std::size_t> big_l = by_size(size_l), big_r = by_size(size_r);
-  std::vector<std::size_t> parent(2 * G);
-  std::iota(parent.begin(), parent.end(), 0);
+  ClusterSets sets(2 * G);
   std::vector<std::size_t> n_left(2 * G, 0), n_right(2 * G, 0);
   for (std::size_t v = 0; v < 2 * G; ++v) (v < G ? n_left : n_right)[v] = 1;
-  auto find = [&](std::size_t x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
+  auto find = [&](std::size_t x) { return sets.find(x); };
   auto capacity = [&](const std::vector<int>& s, const std::vector<std::size_t>& big, std::size_t offset) {
     const std::size_t ha = find(h), hb = find(G + h2);
     int experts = 0;
@@ -81,8 +77,7 @@ std::vector<Breakpoint> pair_breakpoints(const Stage2Problem& p, std::size_t l, 
   while (true) {
     while (at < order.size() && t[order[at]] > limit) {
       const std::size_t a = find(order[at] / G), b = find(G + order[at] % G);
-      if (a != b) {
-        parent[b] = a;
+      if (sets.join_roots(a, b)) {
         n_left[a] += n_left[b];
         n_right[a] += n_right[b];
       }
@@ -112,20 +107,12 @@ void tie_to_hot(const Stage2Problem& p, std::size_t l, std::size_t h, std::size_
                 std::vector<int>& left, std::vector<int>& right) {
   const auto G = static_cast<std::size_t>(p.ranks);
   const auto& t = p.traffic[l];
-  std::vector<std::size_t> parent(2 * G);
-  std::iota(parent.begin(), parent.end(), 0);
-  auto find = [&](std::size_t x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
+  ClusterSets sets(2 * G);
   for (std::size_t i = 0; i < G * G; ++i)
-    if (t[i] > tokens) {
-      const std::size_t a = find(i / G), b = find(G + i % G);
-      if (a != b) parent[b] = a;
-    }
-  const std::size_t ha = find(h), hb = find(G + h2);
+    if (t[i] > tokens) sets.join(i / G, G + i % G);
+  const std::size_t ha = sets.find(h), hb = sets.find(G + h2);
   for (std::size_t v = 0; v < 2 * G; ++v) {
-    const std::size_t r = find(v);
+    const std::size_t r = sets.find(v);
     if (r != ha && r != hb) continue;
     std::vector<int>& side = v < G ? left : right;
     const int c = static_cast<int>(v < G ? v : v - G);

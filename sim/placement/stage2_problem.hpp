@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 namespace moesim::sim {
@@ -33,6 +34,27 @@ double stage2_volume(const Stage2Problem& p, const std::vector<std::vector<int>>
 
 // Every layout of one layer for G ranks, in lexicographic order (G! of them).
 std::vector<std::vector<int>> all_layouts(std::size_t G);
+
+// Disjoint sets over the clusters of adjacent layers (G apiece), for the components that heavy
+// cluster pairs form in the bounds.
+class ClusterSets {
+ public:
+  explicit ClusterSets(std::size_t n) : parent_(n) { std::iota(parent_.begin(), parent_.end(), std::size_t{0}); }
+  std::size_t find(std::size_t x) {
+    while (parent_[x] != x) x = parent_[x] = parent_[parent_[x]];
+    return x;
+  }
+  // Joins the sets whose roots are ra and rb (ra stays the root); false when they are one.
+  bool join_roots(std::size_t ra, std::size_t rb) {
+    if (ra == rb) return false;
+    parent_[rb] = ra;
+    return true;
+  }
+  void join(std::size_t a, std::size_t b) { join_roots(find(a), find(b)); }
+
+ private:
+  std::vector<std::size_t> parent_;
+};
 
 // The fabric as the stage-2 relaxations see it: the cheapest link inside a node and between nodes
 // (s per token, infinity when there is none) and the ranks per node.

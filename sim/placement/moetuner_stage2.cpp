@@ -547,33 +547,24 @@ Stage2Result Stage2Solver::solve() {
   for (const auto& s : p_.sizes) experts += std::accumulate(s.begin(), s.end(), 0L);
   out_.memory_target_lo = static_cast<int>(experts / static_cast<long>(G_));
   out_.memory_target_hi = static_cast<int>((experts + static_cast<long>(G_) - 1) / static_cast<long>(G_));
-  // The start is the chain's optimum layer by layer but ignores the memory rows: first bring it as
-  // close to the balance as it goes without raising any bottleneck, then the greedy balancing swaps
-  // (which may raise them), then the descent. Up to 16 ranks the greedy swaps from the start itself
-  // are descended too and the better kept (each descent costs seconds at 64 ranks).
-  Layout kept = on;
-  stage2_balance_within_bottlenecks(p_, kept, out_.memory_target_lo, out_.memory_target_hi, 4 * limits_.sweeps);
-  stage2::balance_memory(p_, kept, out_.memory_target_lo, out_.memory_target_hi);
-  double current = descend(kept);
-  // Many ranks: the chained start relabelled by segments toward the balance first (see
-  // relabel_segments), then the same repair; kept when balanced and better.
-  if (G_ > 16 && L_ > 1) {
-    Layout trial = on;
-    relabel_segments(trial);
-    stage2_balance_within_bottlenecks(p_, trial, out_.memory_target_lo, out_.memory_target_hi, 4 * limits_.sweeps);
-    stage2::balance_memory(p_, trial, out_.memory_target_lo, out_.memory_target_hi);
-    const double value = descend(trial);
-    if (balanced(trial) && (!balanced(kept) || lowers(value, current))) {
+  const int lo = out_.memory_target_lo, hi = out_.memory_target_hi;
+  Layout kept;
+  double current = std::numeric_limits<double>::infinity();
+  // A repaired layout replaces the incumbent when there is none, or when it is balanced and the
+  // incumbent is not or costs more.
+  auto offer = [&](Layout& trial, double value) {
+    if (kept.empty() || (balanced(trial) && (!balanced(kept) || lowers(value, current)))) {
       kept = std::move(trial);
       current = value;
     }
-  }
-  // Several nodes: the runs that the hot-chain bound's optimum takes, from the chained start (whose
-  // hottest clusters share one node throughout), then the same repair; planned again with room kept
-  // in each run for the balance while the result is above the bound.
-  hot_ = stage2_hot_chain_bound(p_, out_.memory_target_lo);
+  };
+  auto proven = [&] { return !kept.empty() && balanced(kept) && hot_.applicable && !lowers(hot_.bound, current); };
+  // Several nodes beyond 16 ranks, first: the plan of the hot-chain program (hot_chain_plan) from the
+  // chained start (whose hottest clusters share one node throughout), then the repair; planned again
+  // with room kept in each run for the rank balance while the result is above the bound. Balanced
+  // results only.
+  hot_ = stage2_hot_chain_bound(p_, lo);
   if (G_ > 16 && L_ > 1 && hot_.applicable) {
-    const int lo = out_.memory_target_lo, hi = out_.memory_target_hi;
     for (int reserve : {0, 64, 256}) {
       const HotChainResult plan = reserve == 0 ? hot_ : stage2_hot_chain_bound(p_, lo, reserve);
       if (!plan.applicable) continue;
@@ -581,18 +572,36 @@ Stage2Result Stage2Solver::solve() {
       hot_chain_plan(planned, plan);
       // The ranks balanced inside each node first (the node totals kept), or not.
       for (bool nodes_first : {true, false}) {
-        if (out_of_time() || (balanced(kept) && !lowers(hot_.bound, current))) break;
+        if (out_of_time() || proven()) break;
         Layout trial = planned;
         if (nodes_first) stage2::balance_within_nodes(p_, trial, lo, hi);
         stage2_balance_within_bottlenecks(p_, trial, lo, hi, 4 * limits_.sweeps);
         stage2::balance_memory(p_, trial, lo, hi);
         const double value = descend(trial);
-        if (balanced(trial) && (!balanced(kept) || lowers(value, current))) {
-          kept = std::move(trial);
-          current = value;
-        }
+        if (balanced(trial)) offer(trial, value);
       }
     }
+  }
+  // Unless that met the bound: the start brought as close to the balance as it goes without raising
+  // any bottleneck, then the greedy balancing swaps (which may raise them), then the descent. Up to
+  // 16 ranks the greedy swaps from the start itself are descended too and the better kept (each
+  // descent costs seconds at 64 ranks).
+  if (!proven()) {
+    Layout trial = on;
+    stage2_balance_within_bottlenecks(p_, trial, lo, hi, 4 * limits_.sweeps);
+    stage2::balance_memory(p_, trial, lo, hi);
+    const double value = descend(trial);
+    offer(trial, value);
+  }
+  // Many ranks: the chained start relabelled by segments toward the balance (see relabel_segments),
+  // then the same repair.
+  if (G_ > 16 && L_ > 1 && !proven()) {
+    Layout trial = on;
+    relabel_segments(trial);
+    stage2_balance_within_bottlenecks(p_, trial, lo, hi, 4 * limits_.sweeps);
+    stage2::balance_memory(p_, trial, lo, hi);
+    const double value = descend(trial);
+    offer(trial, value);
   }
   if (G_ <= 16) {
     stage2::balance_memory(p_, on, out_.memory_target_lo, out_.memory_target_hi);
@@ -606,8 +615,8 @@ Stage2Result Stage2Solver::solve() {
   const double node_bound = two_node_phase(on, current);
   const bool proven_by_nodes = balanced(on) && node_bound > 0.0 && close_to(current, node_bound);
   if (G_ <= 16 && L_ > 1 && G_ > 1 && !proven_by_nodes) iterated_local_search(on, current);
-  const bool proven_by_hot_chain = balanced(on) && hot_.applicable && !lowers(hot_.bound, current);
-  if (G_ > 16 && L_ > 1 && !proven_by_hot_chain) windowed_local_search(on, current);
+  if (G_ > 16 && L_ > 1 && !(balanced(on) && hot_.applicable && !lowers(hot_.bound, current)))
+    windowed_local_search(on, current);
   if (G_ <= 5 && L_ > 1)
     stage2::exhaustive_layer_pairs(p_, on, out_.memory_target_lo, out_.memory_target_hi, limits_, deadline_);
   const bool chain_proven = chain_phase(on);

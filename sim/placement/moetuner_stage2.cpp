@@ -37,6 +37,7 @@ class Stage2Solver {
   double two_node_phase(Layout& on, double& current);
   void iterated_local_search(Layout& on, double& current);
   void windowed_local_search(Layout& on, double& current);
+  void paired_kicks(Layout& on, double& current);
   bool chain_phase(Layout& on);
   void tie_break(Layout& on);
   void relabel_segments(Layout& on);
@@ -271,6 +272,46 @@ void Stage2Solver::windowed_local_search(Layout& on, double& current) {
     kick(trial, rng, [&] { return std::min(L_ - 1, l0 + rng.below(2)); });
     if (trial == on) continue;
     descend_window(trial, l0 > 1 ? l0 - 2 : 0, std::min(L_ - 1, l0 + 3));
+    const double value = stage2_objective(p_, trial);
+    if (lowers(value, current) && balanced(trial) == balanced(on)) {
+      on = std::move(trial);
+      current = value;
+    }
+  }
+}
+
+// The kicks above keep every rank's experts (equal sizes), so they never move experts between ranks.
+// Here two ranks swap clusters of different sizes in one layer and swap back, in another layer
+// chosen at random, two clusters differing by as much the other way: their totals stay as they
+// were, experts move between the layers. Both windows re-solved; kept when the objective drops.
+// Rounds, seed and the time share as in windowed_local_search.
+void Stage2Solver::paired_kicks(Layout& on, double& current) {
+  SplitMix rng(0x13198a2e03707344ULL);
+  const double share = limits_.time_limit > 0 ? 0.75 * limits_.time_limit : 0.0;
+  auto size_on = [&](const Layout& x, std::size_t l, std::size_t g) {
+    return p_.sizes[l][static_cast<std::size_t>(x[l][g])];
+  };
+  for (int round = 0; round < limits_.perturbations; ++round) {
+    if (share > 0 && solver::seconds_since(t0_) >= share) {
+      limit_hit_ = true;
+      break;
+    }
+    const std::size_t l0 = rng.below(L_);
+    const std::size_t g = rng.below(G_);
+    std::size_t h = rng.below(G_ - 1);
+    if (h >= g) ++h;
+    const int d = size_on(on, l0, g) - size_on(on, l0, h);
+    if (d == 0) continue;
+    std::vector<std::size_t> back;
+    for (std::size_t l = 0; l < L_; ++l)
+      if (l != l0 && size_on(on, l, g) - size_on(on, l, h) == -d) back.push_back(l);
+    if (back.empty()) continue;
+    const std::size_t l1 = back[rng.below(back.size())];
+    Layout trial = on;
+    std::swap(trial[l0][g], trial[l0][h]);
+    std::swap(trial[l1][g], trial[l1][h]);
+    descend_window(trial, l0 > 1 ? l0 - 2 : 0, std::min(L_ - 1, l0 + 3));
+    descend_window(trial, l1 > 1 ? l1 - 2 : 0, std::min(L_ - 1, l1 + 3));
     const double value = stage2_objective(p_, trial);
     if (lowers(value, current) && balanced(trial) == balanced(on)) {
       on = std::move(trial);
@@ -615,8 +656,10 @@ Stage2Result Stage2Solver::solve() {
   const double node_bound = two_node_phase(on, current);
   const bool proven_by_nodes = balanced(on) && node_bound > 0.0 && close_to(current, node_bound);
   if (G_ <= 16 && L_ > 1 && G_ > 1 && !proven_by_nodes) iterated_local_search(on, current);
-  if (G_ > 16 && L_ > 1 && !(balanced(on) && hot_.applicable && !lowers(hot_.bound, current)))
+  if (G_ > 16 && L_ > 1 && !(balanced(on) && hot_.applicable && !lowers(hot_.bound, current))) {
     windowed_local_search(on, current);
+    paired_kicks(on, current);
+  }
   if (G_ <= 5 && L_ > 1)
     stage2::exhaustive_layer_pairs(p_, on, out_.memory_target_lo, out_.memory_target_hi, limits_, deadline_);
   const bool chain_proven = chain_phase(on);

@@ -42,6 +42,11 @@ class Stage2Solver {
   void tie_break(Layout& on);
   void relabel_segments(Layout& on);
   void hot_chain_plan(Layout& on, const HotChainResult& plan) const;
+  double repair(Layout& trial);
+  // A balanced layout at the hot-chain program's bound: proven optimal.
+  bool meets_hot_bound(const Layout& on, double value) const {
+    return balanced(on) && hot_.applicable && !lowers(hot_.bound, value);
+  }
   // 1 to 3 random swaps of two ranks' clusters of equal size, each in the layer `pick_layer` draws
   // (after the swap count); the draws in the same order as the searches have always made them.
   template <typename Pick>
@@ -329,8 +334,7 @@ void Stage2Solver::paired_kicks(Layout& on, double& current) {
 // reduces it or the layout is balanced.
 void Stage2Solver::relabel_segments(Layout& on) {
   const Stage2Fabric f = stage2_fabric(p_);
-  std::vector<std::vector<std::size_t>> members(f.node_size.size());
-  for (std::size_t g = 0; g < G_; ++g) members[static_cast<std::size_t>(f.dense_node[g])].push_back(g);
+  const auto& members = f.members;
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> moves;  // transpositions of ranks
   for (const auto& m : members)
     for (std::size_t a = 0; a < m.size(); ++a)
@@ -390,8 +394,7 @@ void Stage2Solver::relabel_segments(Layout& on) {
 // other nodes until it holds as many.
 void Stage2Solver::hot_chain_plan(Layout& on, const HotChainResult& plan) const {
   const Stage2Fabric f = stage2_fabric(p_);
-  std::vector<std::vector<std::size_t>> members(f.node_size.size());
-  for (std::size_t g = 0; g < G_; ++g) members[static_cast<std::size_t>(f.dense_node[g])].push_back(g);
+  const auto& members = f.members;
   std::vector<char> used(members.size(), 0);
   auto hot_node = [&](std::size_t l) {
     const auto g = static_cast<std::size_t>(
@@ -504,6 +507,15 @@ void Stage2Solver::hot_chain_plan(Layout& on, const HotChainResult& plan) const 
   }
 }
 
+// The repair every start gets: as close to the memory balance as it goes without raising any
+// bottleneck, then the greedy balancing swaps (which may raise them), then the descent. Returns the
+// objective.
+double Stage2Solver::repair(Layout& trial) {
+  stage2_balance_within_bottlenecks(p_, trial, out_.memory_target_lo, out_.memory_target_hi, 4 * limits_.sweeps);
+  stage2::balance_memory(p_, trial, out_.memory_target_lo, out_.memory_target_hi);
+  return descend(trial);
+}
+
 // Few ranks: the chain program settles the whole stage, memory rows included. True when it proved
 // the layout optimal.
 bool Stage2Solver::chain_phase(Layout& on) {
@@ -599,7 +611,7 @@ Stage2Result Stage2Solver::solve() {
       current = value;
     }
   };
-  auto proven = [&] { return !kept.empty() && balanced(kept) && hot_.applicable && !lowers(hot_.bound, current); };
+  auto proven = [&] { return !kept.empty() && meets_hot_bound(kept, current); };
   // Several nodes beyond 16 ranks, first: the plan of the hot-chain program (hot_chain_plan) from the
   // chained start (whose hottest clusters share one node throughout), then the repair; planned again
   // with room kept in each run for the rank balance while the result is above the bound. Balanced
@@ -616,22 +628,16 @@ Stage2Result Stage2Solver::solve() {
         if (out_of_time() || proven()) break;
         Layout trial = planned;
         if (nodes_first) stage2::balance_within_nodes(p_, trial, lo, hi);
-        stage2_balance_within_bottlenecks(p_, trial, lo, hi, 4 * limits_.sweeps);
-        stage2::balance_memory(p_, trial, lo, hi);
-        const double value = descend(trial);
+        const double value = repair(trial);
         if (balanced(trial)) offer(trial, value);
       }
     }
   }
-  // Unless that met the bound: the start brought as close to the balance as it goes without raising
-  // any bottleneck, then the greedy balancing swaps (which may raise them), then the descent. Up to
-  // 16 ranks the greedy swaps from the start itself are descended too and the better kept (each
-  // descent costs seconds at 64 ranks).
+  // Unless that met the bound: the chained start repaired. Up to 16 ranks the greedy swaps from the
+  // start itself are descended too and the better kept (each descent costs seconds at 64 ranks).
   if (!proven()) {
     Layout trial = on;
-    stage2_balance_within_bottlenecks(p_, trial, lo, hi, 4 * limits_.sweeps);
-    stage2::balance_memory(p_, trial, lo, hi);
-    const double value = descend(trial);
+    const double value = repair(trial);
     offer(trial, value);
   }
   // Many ranks: the chained start relabelled by segments toward the balance (see relabel_segments),
@@ -639,9 +645,7 @@ Stage2Result Stage2Solver::solve() {
   if (G_ > 16 && L_ > 1 && !proven()) {
     Layout trial = on;
     relabel_segments(trial);
-    stage2_balance_within_bottlenecks(p_, trial, lo, hi, 4 * limits_.sweeps);
-    stage2::balance_memory(p_, trial, lo, hi);
-    const double value = descend(trial);
+    const double value = repair(trial);
     offer(trial, value);
   }
   if (G_ <= 16) {
@@ -656,7 +660,7 @@ Stage2Result Stage2Solver::solve() {
   const double node_bound = two_node_phase(on, current);
   const bool proven_by_nodes = balanced(on) && node_bound > 0.0 && close_to(current, node_bound);
   if (G_ <= 16 && L_ > 1 && G_ > 1 && !proven_by_nodes) iterated_local_search(on, current);
-  if (G_ > 16 && L_ > 1 && !(balanced(on) && hot_.applicable && !lowers(hot_.bound, current))) {
+  if (G_ > 16 && L_ > 1 && !meets_hot_bound(on, current)) {
     windowed_local_search(on, current);
     paired_kicks(on, current);
   }

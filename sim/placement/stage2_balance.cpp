@@ -199,9 +199,7 @@ bool balance_by_path(const Stage2Problem& p, std::vector<std::vector<int>>& on, 
 void balance_within_nodes(const Stage2Problem& p, std::vector<std::vector<int>>& on, int lo, int hi) {
   const auto G = static_cast<std::size_t>(p.ranks);
   const std::size_t L = on.size();
-  const Stage2Fabric f = stage2_fabric(p);
-  std::vector<std::vector<std::size_t>> members(f.node_size.size());
-  for (std::size_t g = 0; g < G; ++g) members[static_cast<std::size_t>(f.dense_node[g])].push_back(g);
+  const std::vector<std::vector<std::size_t>> members = stage2_fabric(p).members;
   const double mid = 0.5 * (lo + hi);
   std::vector<double> pair(L > 0 ? L - 1 : 0);
   for (std::size_t l = 0; l + 1 < L; ++l) pair[l] = stage2_pair_objective(p, l, on[l], on[l + 1]);

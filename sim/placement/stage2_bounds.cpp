@@ -70,13 +70,12 @@ bool pair_threshold_feasible(const std::vector<double>& t, std::size_t G, const 
   ClusterSets sets(2 * G);
   for (std::size_t i = 0; i < G * G; ++i)
     if (t[i] * f.slow > limit) sets.join(i / G, G + i % G);
-  auto find = [&](std::size_t x) { return sets.find(x); };
   std::vector<int> left(2 * G, 0), right(2 * G, 0);
-  for (std::size_t v = 0; v < 2 * G; ++v) (v < G ? left : right)[find(v)] += 1;
+  for (std::size_t v = 0; v < 2 * G; ++v) (v < G ? left : right)[sets.find(v)] += 1;
   const int biggest = *std::max_element(f.node_size.begin(), f.node_size.end());
   std::vector<std::pair<int, int>> parts;
   for (std::size_t v = 0; v < 2 * G; ++v) {
-    if (find(v) != v) continue;
+    if (sets.find(v) != v) continue;
     if (left[v] > biggest || right[v] > biggest) return false;
     parts.emplace_back(left[v], right[v]);
   }
@@ -95,13 +94,12 @@ bool window_threshold_feasible(const std::vector<double>& t1, const std::vector<
     if (t1[i] * f.slow > a) sets.join(i / G, G + i % G);
     if (t2[i] * f.slow > b) sets.join(G + i / G, 2 * G + i % G);
   }
-  auto find = [&](std::size_t x) { return sets.find(x); };
   std::vector<std::array<int, 3>> count(3 * G, {0, 0, 0});
-  for (std::size_t v = 0; v < 3 * G; ++v) ++count[find(v)][v / G];
+  for (std::size_t v = 0; v < 3 * G; ++v) ++count[sets.find(v)][v / G];
   const int biggest = *std::max_element(f.node_size.begin(), f.node_size.end());
   std::vector<std::array<int, 3>> parts;
   for (std::size_t v = 0; v < 3 * G; ++v) {
-    if (find(v) != v) continue;
+    if (sets.find(v) != v) continue;
     for (int k : count[v])
       if (k > biggest) return false;
     parts.push_back(count[v]);

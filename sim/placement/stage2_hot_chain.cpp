@@ -53,17 +53,16 @@ std::vector<Breakpoint> pair_breakpoints(const Stage2Problem& p, std::size_t l, 
   ClusterSets sets(2 * G);
   std::vector<std::size_t> n_left(2 * G, 0), n_right(2 * G, 0);
   for (std::size_t v = 0; v < 2 * G; ++v) (v < G ? n_left : n_right)[v] = 1;
-  auto find = [&](std::size_t x) { return sets.find(x); };
   auto capacity = [&](const std::vector<int>& s, const std::vector<std::size_t>& big, std::size_t offset) {
-    const std::size_t ha = find(h), hb = find(G + h2);
+    const std::size_t ha = sets.find(h), hb = sets.find(G + h2);
     int experts = 0;
     std::size_t members = 0, others = 0;
     for (std::size_t c = 0; c < G; ++c) {
-      const std::size_t r = find(offset + c);
+      const std::size_t r = sets.find(offset + c);
       if (r == ha || r == hb) experts += s[c], ++members;
     }
     for (std::size_t k = 0; k < G && members + others < K; ++k) {
-      const std::size_t r = find(offset + big[k]);
+      const std::size_t r = sets.find(offset + big[k]);
       if (r == ha || r == hb) continue;
       experts += s[big[k]];
       ++others;
@@ -76,19 +75,19 @@ std::vector<Breakpoint> pair_breakpoints(const Stage2Problem& p, std::size_t l, 
   double limit = order.empty() ? 0.0 : t[order[0]];
   while (true) {
     while (at < order.size() && t[order[at]] > limit) {
-      const std::size_t a = find(order[at] / G), b = find(G + order[at] % G);
+      const std::size_t a = sets.find(order[at] / G), b = sets.find(G + order[at] % G);
       if (sets.join_roots(a, b)) {
         n_left[a] += n_left[b];
         n_right[a] += n_right[b];
       }
       ++at;
     }
-    const std::size_t ha = find(h), hb = find(G + h2);
+    const std::size_t ha = sets.find(h), hb = sets.find(G + h2);
     const std::size_t hot_left = n_left[ha] + (hb != ha ? n_left[hb] : 0);
     const std::size_t hot_right = n_right[ha] + (hb != ha ? n_right[hb] : 0);
     bool fits = hot_left <= K && hot_right <= K;
     for (std::size_t v = 0; v < 2 * G && fits; ++v)
-      if (find(v) == v && (n_left[v] > K || n_right[v] > K)) fits = false;
+      if (sets.find(v) == v && (n_left[v] > K || n_right[v] > K)) fits = false;
     if (!fits) break;  // lower limits only join more
     const Breakpoint b{limit * slow, limit, capacity(size_l, big_l, 0), capacity(size_r, big_r, G)};
     if (out.empty() || out.back().left != b.left || out.back().right != b.right) out.push_back(b);

@@ -67,6 +67,8 @@ Stage2Fabric stage2_fabric(const Stage2Problem& p) {
     f.dense_node[g] = static_cast<int>(n);
     ++f.node_size[n];
   }
+  f.members.resize(f.node_size.size());
+  for (std::size_t g = 0; g < G; ++g) f.members[static_cast<std::size_t>(f.dense_node[g])].push_back(g);
   for (std::size_t a = 0; a < G; ++a)
     for (std::size_t b = 0; b < G; ++b) {
       if (a == b) continue;

@@ -63,6 +63,7 @@ struct Stage2Fabric {
   double slow = std::numeric_limits<double>::infinity();  // cheapest between nodes
   std::vector<int> node_size;   // ranks per node, nodes renumbered densely in order of first rank
   std::vector<int> dense_node;  // [g]
+  std::vector<std::vector<std::size_t>> members;  // [n]: the ranks of dense node n, ascending
 };
 Stage2Fabric stage2_fabric(const Stage2Problem& p);
 

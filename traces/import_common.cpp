@@ -131,7 +131,7 @@ ExpertMap load_expert_map(const std::string& path, int num_experts) {
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // bad syntax, or a number too large (out_of_range)
     throw common::InputError(path + ": not valid JSON: " + e.what());
   }
   if (doc.is_object()) {

@@ -67,7 +67,7 @@ class MegatronImporter {
     json rec;
     try {
       rec = json::parse(line.begin(), line.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // bad syntax, or a number too large (out_of_range)
       fail(where, std::string("not a valid JSON record (") + e.what() + ")");
     }
     if (!rec.is_object()) fail(where, "expected a JSON object (one router call per line), got " + json_shown(rec));

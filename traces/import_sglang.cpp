@@ -46,7 +46,7 @@ json parse_json_file(const std::string& path, const char* expected) {
     throw common::InputError(path + ": a torch.save zip archive, which moesim does not read; " + kConvertHint);
   try {
     return json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // bad syntax, or a number too large (out_of_range)
     throw common::InputError(path + ": not valid JSON (" + e.what() + "); expected " + expected);
   }
 }
@@ -115,7 +115,7 @@ class RoutedImporter {
       json doc;
       try {
         doc = json::parse(line.begin(), line.end());
-      } catch (const json::parse_error& e) {
+      } catch (const json::exception& e) {  // bad syntax, or a number too large (out_of_range)
         throw common::InputError(lines.where() + ": not a valid JSON record (" + e.what() +
                                  "); expected one /generate response per line");
       }

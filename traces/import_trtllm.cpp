@@ -42,7 +42,7 @@ void read_safetensors(const std::string& path, const TraceShape& shape, std::siz
   json header;
   try {
     header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // bad syntax, or a number too large (out_of_range)
     throw common::InputError(path + ": the safetensors header is not valid JSON (" + e.what() + ")");
   }
   if (!header.is_object()) throw common::InputError(path + ": the safetensors header is not a JSON object");
@@ -134,7 +134,7 @@ CountsImportReport import_trtllm_expert_statistic(const std::string& path, const
     json meta;
     try {
       meta = json::parse(common::read_file(meta_path));
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // bad syntax, or a number too large (out_of_range)
       throw common::InputError(meta_path.string() + ": not valid JSON (" + e.what() + ")");
     }
     if (meta.contains("num_experts_per_token") &&

@@ -31,7 +31,7 @@ CountsImportReport import_vllm_eplb(const std::string& path, const TraceShape& s
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // bad syntax, or a number too large (out_of_range)
     throw common::InputError(path + ": not valid JSON (" + e.what() +
                              "); expected vLLM's EPLB state saved as JSON "
                              "({\"expert_load_window\": ..., \"physical_to_logical_map\": ...})");
